@@ -1,0 +1,60 @@
+# kiln: the two-command quick start is `make serve` and `make test`.
+# Every target installs what is missing first (Debian 12, apt, by name).
+
+SHELL := /bin/bash
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+# Never let a pyenv or other PATH python into the build or the sandbox.
+PYTHON := /usr/bin/python3
+
+# Exactly what the build, the tests and the sandbox's Python need.
+BUILD_PKGS := cmake g++ make pkg-config libseccomp-dev libcap-dev nlohmann-json3-dev \
+  libspdlog-dev libfmt-dev libcli11-dev libtomlplusplus-dev libssl-dev libsqlite3-dev \
+  libgtest-dev libgmock-dev
+PYTHON_PKGS := python3 python3-numpy python3-pandas python3-matplotlib python3-scipy \
+  python3-sklearn python3-sympy python3-pil python3-openpyxl python3-requests fonts-dejavu-core
+TEST_PKGS := bubblewrap procps
+DEPS := $(BUILD_PKGS) $(PYTHON_PKGS) $(TEST_PKGS)
+
+.PHONY: all deps build test test-unit test-integration test-escape serve doctor bench asan clean
+
+all: build
+
+deps:
+	@missing=$$(for p in $(DEPS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed$$' || echo $$p; done); \
+	if [ -z "$$missing" ]; then echo "deps: all present"; exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+	  echo "deps: missing packages; run as root:"; \
+	  echo "  apt-get update && apt-get install -y --no-install-recommends $$missing"; exit 1; \
+	fi; \
+	echo "deps: installing $$missing"; \
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing
+
+build: deps
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release -DKILN_PYTHON=$(PYTHON) >/dev/null
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+test-unit: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -L unit -j $(JOBS)
+test-integration: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -L integration -j $(JOBS)
+test-escape: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -L escape -j $(JOBS)
+
+# Until the HTTP server exists, `make serve` reports what this host gives.
+serve: build
+	./$(BUILD_DIR)/kiln doctor
+
+bench: build
+	$(PYTHON) bench/run_bench.py --kiln ./$(BUILD_DIR)/kiln
+
+asan: deps
+	cmake --preset asan-ubsan >/dev/null
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ctest --output-on-failure -L unit
+
+clean:
+	rm -rf $(BUILD_DIR) build-asan build-debug

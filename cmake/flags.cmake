@@ -1,0 +1,38 @@
+# Warnings as errors, hardening, and the sanitizer switch shared by every target.
+add_library(kiln_flags INTERFACE)
+target_compile_options(kiln_flags INTERFACE
+  -Wall -Wextra -Wpedantic -Werror
+  -Wshadow -Wnon-virtual-dtor -Wcast-align -Wunused -Woverloaded-virtual
+  -Wdouble-promotion -Wformat=2 -Wimplicit-fallthrough
+  -Wswitch-enum -Wno-error=switch-enum
+  # GCC 12 reports false -Wrestrict positives inside std::string operator+ (GCC PR 105329).
+  -Wno-restrict
+  -fstack-protector-strong -fPIE -D_FORTIFY_SOURCE=2 -D_GNU_SOURCE)
+target_link_options(kiln_flags INTERFACE -pie -Wl,-z,relro,-z,now,-z,noexecstack)
+
+option(KILN_SANITIZE "Build with AddressSanitizer and UBSan" OFF)
+if(KILN_SANITIZE)
+  target_compile_options(kiln_flags INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  target_link_options(kiln_flags INTERFACE -fsanitize=address,undefined)
+endif()
+
+# kiln_library(NAME SOURCES... DEPS ...): one library target per src/ folder,
+# aliased as kiln::NAME.
+function(kiln_library name)
+  cmake_parse_arguments(K "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(kiln_${name} STATIC ${K_SOURCES})
+  add_library(kiln::${name} ALIAS kiln_${name})
+  target_include_directories(kiln_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(kiln_${name} PUBLIC kiln_flags ${K_DEPS})
+endfunction()
+
+# kiln_test(NAME LABEL SOURCES... DEPS ...): a GoogleTest binary registered
+# with ctest under a tier label (unit, integration, escape).
+function(kiln_test name label)
+  cmake_parse_arguments(K "" "" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${K_SOURCES})
+  target_link_libraries(${name} PRIVATE kiln_flags GTest::gtest GTest::gtest_main ${K_DEPS})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
+  gtest_discover_tests(${name} PROPERTIES LABELS ${label} DISCOVERY_TIMEOUT 30
+    ENVIRONMENT "KILN_BIN=$<TARGET_FILE:kiln>;KILN_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+endfunction()

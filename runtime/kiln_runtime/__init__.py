@@ -1,0 +1,1 @@
+"""kiln's in-sandbox runtime: the Python side of docs/protocol.md."""

@@ -1,0 +1,18 @@
+#include "base/log.h"
+
+#include <spdlog/sinks/stdout_sinks.h>
+
+#include <cstring>
+
+namespace kiln::log {
+
+void Init(const char* level) {
+  auto logger = spdlog::stderr_logger_st("kiln");
+  logger->set_pattern("kiln: %l: %v");
+  spdlog::set_default_logger(logger);
+  spdlog::level::level_enum lvl = spdlog::level::warn;
+  if (level != nullptr && *level != '\0') lvl = spdlog::level::from_str(level);
+  spdlog::set_level(lvl);
+}
+
+}  // namespace kiln::log

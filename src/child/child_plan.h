@@ -1,0 +1,56 @@
+// ChildPlan: everything the sandbox's first process needs, computed by the
+// supervisor before clone (P4). The child only reads it: no heap allocation,
+// no locks, no exceptions, no std::string building, no normal logger after
+// clone. Every file under src/child/ follows these rules (ci/check-rules).
+#pragma once
+
+#include <linux/filter.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "base/setup_step.h"
+#include "isolation/landlock.h"
+#include "isolation/mount_ns.h"
+#include "isolation/rlimits.h"
+
+namespace kiln::child {
+
+// The fd layout of pid 1 after its fds are arranged (kCloseFds); the worker
+// keeps kCodeFd as fd 3 for the launcher and turns the stdio pipes into 1, 2.
+inline constexpr int kCodeFd = 3;
+inline constexpr int kSyncFd = 4;
+inline constexpr int kStdoutFd = 5;
+inline constexpr int kStderrFd = 6;
+
+struct ChildPlan {
+  // Inherited fds, at the numbers the supervisor had them.
+  int sync_fd = -1;    // SOCK_SEQPACKET to the supervisor (SyncMessage)
+  int code_fd = -1;    // read end of the program pipe
+  int stdout_fd = -1;  // write ends of the capture pipes
+  int stderr_fd = -1;
+
+  bool drop_groups = false;  // root mode: setgroups(0) inside
+  const isolation::MountOp* mount_ops = nullptr;
+  size_t mount_count = 0;
+  const char* new_root = nullptr;
+  const char* hostname = "kiln";
+  int last_cap = 40;
+  isolation::RlimitPlan rlimits;
+  isolation::LandlockPlan landlock;  // abi 0: skip (the policy allowed it)
+  const sock_filter* seccomp = nullptr;
+  size_t seccomp_length = 0;
+
+  const char* exec_path = nullptr;  // absolute, inside the new root
+  char* const* argv = nullptr;
+  char* const* envp = nullptr;
+  const char* cwd = "/workspace";
+};
+
+// Runs in the child of clone3, which is pid 1 of the new pid namespace: the
+// setup sequence of docs/setup-sequence.md, one step per line, then forks the
+// worker that execs the interpreter and stays behind as a minimal init that
+// reaps orphans and reports the worker's wait status. Never returns.
+[[noreturn]] void RunChild(const ChildPlan& plan);
+
+}  // namespace kiln::child

@@ -1,0 +1,181 @@
+// kiln run: one program in one fresh sandbox, no server.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "base/log.h"
+#include "base/units.h"
+#include "cli/commands.h"
+#include "policy/policy.h"
+#include "supervisor/sandbox.h"
+
+namespace kiln::cli {
+namespace {
+
+struct RunFlags {
+  std::string timeout, cpu_time, memory, output_limit, disk;
+  double cpus = 0;
+  bool cpus_set = false;
+  uint64_t pids = 0;
+  std::vector<std::string> files;
+  std::string collect;
+  bool json = false;
+  std::string code;
+  bool code_set = false;
+  std::string target;  // FILE or "-"
+};
+
+int UsageError(const std::string& message) {
+  std::cerr << "kiln run: " << message << "\n";
+  return kExitUsage;
+}
+
+void PrintRefusal(const Error& e, bool json) {
+  if (json) {
+    nlohmann::json j;
+    j["status"] = "setup_error";
+    j["setup_error"] = {{"step", std::string(ToString(e.step))},
+                        {"errno", e.sys_errno},
+                        {"message", e.ToString()}};
+    std::cout << j.dump() << "\n";
+  } else {
+    std::cerr << "kiln run: refused: " << e.ToString() << "\n";
+  }
+}
+
+int DoRun(const RunFlags& f) {
+  // --- The program.
+  const int sources = (f.code_set ? 1 : 0) + (f.target.empty() ? 0 : 1);
+  if (sources != 1) return UsageError("give exactly one of FILE, -c CODE, or - (stdin)");
+  supervisor::Program program;
+  if (f.code_set) {
+    program.filename = "<string>";
+    program.source = f.code;
+  } else if (f.target == "-") {
+    program.filename = "<stdin>";
+    program.source.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  } else {
+    std::ifstream in(f.target, std::ios::binary);
+    if (!in) return UsageError("cannot read '" + f.target + "': " + std::strerror(errno));
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    program.source = ss.str();
+    const auto slash = f.target.find_last_of('/');
+    program.filename = slash == std::string::npos ? f.target : f.target.substr(slash + 1);
+  }
+
+  // --- The policy: every flag is a builder call; the builder validates.
+  policy::PolicyBuilder b;
+  if (!f.timeout.empty()) {
+    auto s = ParseSeconds(f.timeout);
+    if (!s.ok()) return UsageError("--timeout: " + s.error().message);
+    b.WallTimeout(*s);
+  }
+  if (!f.cpu_time.empty()) {
+    auto s = ParseSeconds(f.cpu_time);
+    if (!s.ok()) return UsageError("--cpu-time: " + s.error().message);
+    b.CpuTime(*s);
+  }
+  struct SizeFlag {
+    const std::string& text;
+    const char* name;
+    void (*apply)(policy::PolicyBuilder&, uint64_t);
+  };
+  const SizeFlag sizes[] = {
+      {f.memory, "--memory", [](policy::PolicyBuilder& pb, uint64_t v) { pb.Memory(v); }},
+      {f.output_limit, "--output-limit", [](policy::PolicyBuilder& pb, uint64_t v) { pb.OutputLimit(v); }},
+      {f.disk, "--disk", [](policy::PolicyBuilder& pb, uint64_t v) { pb.Disk(v); }},
+  };
+  for (const auto& s : sizes) {
+    if (s.text.empty()) continue;
+    auto v = ParseSize(s.text);
+    if (!v.ok()) return UsageError(std::string(s.name) + ": " + v.error().message);
+    s.apply(b, *v);
+  }
+  if (f.cpus_set) b.Cpus(f.cpus);
+  if (f.pids != 0) b.Pids(f.pids);
+  for (const auto& spec : f.files) {
+    // HOST[:NAME]: the last ':' splits, unless what follows it has a '/'
+    // (then it is part of the host path).
+    std::string host = spec, name;
+    const auto colon = spec.rfind(':');
+    if (colon != std::string::npos && spec.find('/', colon) == std::string::npos) {
+      host = spec.substr(0, colon);
+      name = spec.substr(colon + 1);
+    }
+    if (::access(host.c_str(), R_OK) != 0) {
+      return UsageError("--file: cannot read '" + host + "': " + std::strerror(errno));
+    }
+    b.AddFile(host, name);
+  }
+  // As an unprivileged user there may be no cgroup to use: fall back to
+  // rlimits and say so. As root (the deployment), cgroups are required.
+  if (::geteuid() != 0) b.CgroupRequirement(policy::Requirement::kBestEffort);
+  auto built = b.Build();
+  if (!built.ok()) return UsageError(built.error().message);
+
+  auto host = supervisor::LoadHostContext();
+  if (!host.ok()) {
+    PrintRefusal(host.error(), f.json);
+    return kExitRefused;
+  }
+  if (Status s = supervisor::EnsureFontCache(*host); !s.ok()) {
+    KILN_LOG_WARN("no matplotlib font cache ({}); imports of matplotlib will be slow",
+                  s.error().ToString());
+  }
+  supervisor::RunOptions options;
+  if (!f.collect.empty()) options.collect_dir = f.collect;
+  auto result = supervisor::RunSandboxed(*host, *built, program, options);
+  if (!result.ok()) {
+    PrintRefusal(result.error(), f.json);
+    return result.error().code == Code::kInvalidArgument ? kExitUsage : kExitRefused;
+  }
+  const supervisor::ExecutionResult& r = *result;
+  if (f.json) {
+    std::cout << supervisor::ToJson(r, options.collect_dir.has_value())
+                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+              << "\n";
+    return 0;
+  }
+  std::fwrite(r.stdout_data.data(), 1, r.stdout_data.size(), stdout);
+  std::fflush(stdout);
+  std::fwrite(r.stderr_data.data(), 1, r.stderr_data.size(), stderr);
+  if (r.stdout_truncated) std::cerr << "\nkiln: stdout truncated (--output-limit)\n";
+  if (r.stderr_truncated) std::cerr << "\nkiln: stderr truncated (--output-limit)\n";
+  if (r.outcome != supervisor::Outcome::kOk && r.outcome != supervisor::Outcome::kError) {
+    std::cerr << "kiln: " << supervisor::ToString(r.outcome) << ": " << r.reason << "\n";
+  }
+  return supervisor::PlainExitCode(r);
+}
+
+}  // namespace
+
+void RegisterRun(CLI::App& app, Action* action) {
+  auto flags = std::make_shared<RunFlags>();
+  CLI::App* run = app.add_subcommand("run", "Run a Python program in a fresh sandbox");
+  run->add_option("--timeout", flags->timeout, "Wall-clock limit (seconds; '500ms', '2m'); default 30");
+  run->add_option("--cpu-time", flags->cpu_time, "CPU-time limit, all processes; default = timeout");
+  run->add_option("--memory", flags->memory, "Memory limit ('512m', '1G'); default 512m, no swap");
+  run->add_option("--cpus", flags->cpus, "CPU quota in cores (e.g. 0.5); default 1")
+      ->each([flags](const std::string&) { flags->cpus_set = true; });
+  run->add_option("--pids", flags->pids, "Process and thread limit; default 256");
+  run->add_option("--output-limit", flags->output_limit, "Cap per stream ('1m'); default 1m");
+  run->add_option("--disk", flags->disk, "Workspace size ('128m'); default 128m");
+  run->add_option("--file", flags->files, "HOST[:NAME]: copy a host file into the workspace");
+  run->add_option("--collect", flags->collect, "Copy the workspace's files here afterwards");
+  run->add_flag("--json", flags->json, "Print one JSON object with the whole result");
+  run->add_option("-c", flags->code, "Program text")
+      ->each([flags](const std::string&) { flags->code_set = true; });
+  run->add_option("target", flags->target, "FILE to run, or - for stdin");
+  run->callback([flags, action] { *action = [flags] { return DoRun(*flags); }; });
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,398 @@
+#include "isolation/mount_ns.h"
+
+#include <fcntl.h>
+#include <linux/mount.h>
+#include <sys/mount.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <filesystem>
+
+#include "sys/syscalls.h"
+
+namespace kiln::isolation {
+namespace {
+
+constexpr const char* kStagingRoot = "/tmp";  // covered by our tmpfs in the new mount ns
+
+std::string PasswdContent(const MountLayout& l) {
+  return "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+         "sandbox:x:" + std::to_string(l.inside_uid) + ":" + std::to_string(l.inside_gid) +
+         ":kiln sandbox:/tmp:/usr/sbin/nologin\n"
+         "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+}
+
+std::string GroupContent(const MountLayout& l) {
+  return "root:x:0:\nsandbox:x:" + std::to_string(l.inside_gid) + ":\nnogroup:x:65534:\n";
+}
+
+// A user namespace locks the flags a mount had when it was copied from the
+// host (MNT_LOCK_*): a remount that drops nosuid/nodev/noexec/ro fails with
+// EPERM. Keep whatever restrictive flags the source's mount already has.
+unsigned long LockedFlags(const std::string& path) {
+  struct statvfs sv {};
+  if (::statvfs(path.c_str(), &sv) != 0) return 0;
+  unsigned long flags = 0;
+  if (sv.f_flag & ST_NOSUID) flags |= MS_NOSUID;
+  if (sv.f_flag & ST_NODEV) flags |= MS_NODEV;
+  if (sv.f_flag & ST_NOEXEC) flags |= MS_NOEXEC;
+  if (sv.f_flag & ST_NOATIME) flags |= MS_NOATIME;
+  if (sv.f_flag & ST_NODIRATIME) flags |= MS_NODIRATIME;
+  if (sv.f_flag & ST_RELATIME) flags |= MS_RELATIME;
+  return flags;
+}
+
+class Builder {
+ public:
+  explicit Builder(MountPlan* plan) : plan_(plan) {}
+
+  std::string T(const std::string& p) { return std::string(kStagingRoot) + p; }
+
+  void Mkdir(const std::string& p, SetupStep step, uint32_t mode = 0755) {
+    plan_->Add({MountOpKind::kMkdir, step, nullptr, plan_->Intern(T(p)), 0, nullptr, 0, -1, mode});
+  }
+  void BindRo(const std::string& src, const std::string& dst, bool is_dir) {
+    if (is_dir) {
+      Mkdir(dst, SetupStep::kMountBinds);
+    } else {
+      File(dst, "", 0444, SetupStep::kMountBinds);
+    }
+    plan_->Add({MountOpKind::kBindRo, SetupStep::kMountBinds, plan_->Intern(src),
+                plan_->Intern(T(dst)), LockedFlags(src), nullptr, 0, -1, 0});
+  }
+  // A read-only bind whose source is detached first (open_tree), so it may
+  // live anywhere on the host, even beneath the staging root.
+  void BindRoDetached(const std::string& src, const std::string& dst) {
+    Mkdir(dst, SetupStep::kMountBinds);
+    const int slot = next_slot_++;
+    plan_->Add({MountOpKind::kOpenTree, SetupStep::kMountBinds, plan_->Intern(src), plan_->Intern(dst),
+                0, nullptr, 0, slot, 0});
+    plan_->Add({MountOpKind::kAttachTree, SetupStep::kMountBinds, nullptr, plan_->Intern(T(dst)),
+                LockedFlags(src), nullptr, 0, slot, 0});
+  }
+  int slots_used() const { return next_slot_; }
+  void Symlink(const std::string& text, const std::string& at) {
+    plan_->Add({MountOpKind::kSymlink, SetupStep::kMountBinds, plan_->Intern(text),
+                plan_->Intern(T(at)), 0, nullptr, 0, -1, 0});
+  }
+  void File(const std::string& p, const std::string& content, uint32_t mode, SetupStep step) {
+    const char* data = plan_->Intern(content);
+    plan_->Add({MountOpKind::kWriteFile, step, nullptr, plan_->Intern(T(p)), 0, data,
+                content.size(), -1, mode});
+  }
+  void Tmpfs(const std::string& p, unsigned long flags, const std::string& data, SetupStep step) {
+    plan_->Add({MountOpKind::kTmpfs, step, nullptr, plan_->Intern(T(p)), flags,
+                plan_->Intern(data), 0, -1, 0});
+  }
+  void Op(MountOpKind kind, SetupStep step, const std::string& src, const std::string& dst,
+          unsigned long flags = 0) {
+    plan_->Add({kind, step, src.empty() ? nullptr : plan_->Intern(src), plan_->Intern(T(dst)),
+                flags, nullptr, 0, -1, 0});
+  }
+  void Copy(int fd, const std::string& dst, uint32_t mode) {
+    plan_->Add({MountOpKind::kCopyFd, SetupStep::kStageFiles, nullptr, plan_->Intern(T(dst)), 0,
+                nullptr, 0, fd, mode});
+  }
+
+ private:
+  MountPlan* plan_;
+  int next_slot_ = 0;
+};
+
+// Detached trees, by slot. Child-side storage: a fixed array, no allocation.
+constexpr int kMaxTreeSlots = 16;
+int g_tree_fds[kMaxTreeSlots] = {-1, -1, -1, -1, -1, -1, -1, -1,
+                                 -1, -1, -1, -1, -1, -1, -1, -1};
+
+std::string SizeOpt(uint64_t bytes) { return "size=" + std::to_string(bytes); }
+
+}  // namespace
+
+const char* MountPlan::Intern(std::string s) {
+  strings_.push_back(std::move(s));
+  return strings_.back().c_str();
+}
+
+Result<MountPlan> BuildMountPlan(const MountLayout& layout) {
+  namespace fs = std::filesystem;
+  MountPlan plan;
+  plan.set_new_root(plan.Intern(kStagingRoot));
+  Builder b(&plan);
+  const std::string ids =
+      ",uid=" + std::to_string(layout.inside_uid) + ",gid=" + std::to_string(layout.inside_gid);
+
+  // The root: a small tmpfs that only holds mount points and /etc's files.
+  b.Tmpfs("", MS_NOSUID | MS_NODEV, "size=1m,mode=0755" + ids, SetupStep::kMountRoot);
+
+  // /usr, and the top-level entries that merged-/usr Debian makes symlinks
+  // into it (/bin -> usr/bin, /lib, /lib64, /sbin...). Copy the links as links;
+  // a non-merged host gets read-only binds instead.
+  b.BindRo("/usr", "/usr", true);
+  for (const char* top : {"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}) {
+    std::error_code ec;
+    const auto st = fs::symlink_status(top, ec);
+    if (ec || !fs::exists(st)) continue;
+    if (fs::is_symlink(st)) {
+      b.Symlink(fs::read_symlink(top, ec).string(), top);
+    } else if (fs::is_directory(st)) {
+      b.BindRo(top, top, true);
+    }
+  }
+
+  // /etc: only what the interpreter and Debian's python3-* packages read.
+  b.Mkdir("/etc", SetupStep::kMountRoot);
+  b.File("/etc/passwd", PasswdContent(layout), 0444, SetupStep::kMountRoot);
+  b.File("/etc/group", GroupContent(layout), 0444, SetupStep::kMountRoot);
+  b.File("/etc/hostname", "kiln\n", 0444, SetupStep::kMountRoot);
+  b.File("/etc/hosts", "127.0.0.1\tlocalhost kiln\n::1\tlocalhost\n", 0444, SetupStep::kMountRoot);
+  b.File("/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n", 0444,
+         SetupStep::kMountRoot);
+  for (const char* f : {"/etc/ld.so.cache", "/etc/matplotlibrc", "/etc/timezone",
+                        "/etc/mime.types", "/etc/localtime"}) {
+    std::error_code ec;
+    const auto st = fs::symlink_status(f, ec);
+    if (ec || !fs::exists(st)) continue;
+    if (fs::is_symlink(st)) {
+      b.Symlink(fs::read_symlink(f, ec).string(), f);
+    } else if (fs::is_regular_file(st)) {
+      b.BindRo(f, f, false);
+    }
+  }
+  {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator("/etc", ec)) {
+      const std::string name = entry.path().filename().string();
+      const bool wanted = name == "alternatives" || name == "fonts" ||
+                          name.rfind("python3", 0) == 0;
+      if (wanted && entry.is_directory(ec) && !entry.is_symlink(ec)) {
+        b.BindRo(entry.path().string(), entry.path().string(), true);
+      }
+    }
+  }
+
+  // kiln's own launcher/runtime, read-only.
+  if (!layout.runtime_dir.empty()) {
+    b.Mkdir("/opt", SetupStep::kMountRoot);
+    b.Mkdir("/opt/kiln", SetupStep::kMountRoot);
+    b.BindRoDetached(layout.runtime_dir, kRuntimeMountPath);
+  }
+  for (const auto& p : layout.extra_ro_paths) {
+    std::error_code ec;
+    if (!fs::is_directory(p, ec)) return InvalidArgument("extra mount '" + p + "' is not a directory");
+    // Parents are created one level at a time.
+    std::string acc;
+    const fs::path parent = fs::path(p).parent_path();
+    for (const auto& part : parent) {
+      if (part == "/") continue;
+      acc += "/" + part.string();
+      b.Mkdir(acc, SetupStep::kMountBinds);
+    }
+    b.BindRoDetached(p, p);
+  }
+  if (b.slots_used() > kMaxTreeSlots) return InvalidArgument("too many extra mounts");
+
+  // A fresh /proc for the new pid namespace, with the entries that reveal or
+  // poke the host masked (as runc and Docker do).
+  b.Mkdir("/proc", SetupStep::kMountProc);
+  b.Op(MountOpKind::kProc, SetupStep::kMountProc, "", "/proc", MS_NOSUID | MS_NODEV | MS_NOEXEC);
+  for (const char* f : {"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug",
+                        "/proc/latency_stats", "/proc/sysrq-trigger", "/proc/kallsyms",
+                        "/proc/kmsg", "/proc/config.gz", "/proc/vmallocinfo", "/proc/slabinfo",
+                        "/proc/pagetypeinfo", "/proc/iomem", "/proc/ioports"}) {
+    b.Op(MountOpKind::kMaskFile, SetupStep::kMountProc, "/dev/null", f);
+  }
+  for (const char* d : {"/proc/acpi", "/proc/scsi", "/proc/bus", "/proc/irq", "/proc/fs",
+                        "/proc/driver", "/proc/asound", "/proc/tty", "/proc/sys"}) {
+    b.Op(MountOpKind::kMaskDir, SetupStep::kMountProc, "", d);
+  }
+
+  // Minimal /dev: device nodes cannot be made in a user namespace, so bind the
+  // host's five harmless ones; everything else does not exist.
+  b.Mkdir("/dev", SetupStep::kMountBinds);
+  b.Tmpfs("/dev", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755" + ids, SetupStep::kMountBinds);
+  for (const char* node : kDeviceNodes) {
+    const std::string p = std::string("/dev/") + node;
+    b.File(p, "", 0666, SetupStep::kMountBinds);
+    b.Op(MountOpKind::kBindDev, SetupStep::kMountBinds, p, p);
+  }
+  b.Symlink("/proc/self/fd", "/dev/fd");
+  b.Symlink("/proc/self/fd/0", "/dev/stdin");
+  b.Symlink("/proc/self/fd/1", "/dev/stdout");
+  b.Symlink("/proc/self/fd/2", "/dev/stderr");
+  b.Mkdir("/dev/shm", SetupStep::kMountTmpfs);
+  b.Tmpfs("/dev/shm", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+          SizeOpt(layout.shm_bytes) + ",mode=1777" + ids, SetupStep::kMountTmpfs);
+  b.Op(MountOpKind::kRemountRo, SetupStep::kMountTmpfs, "", "/dev", MS_NOSUID | MS_NOEXEC);
+
+  // Writable, size-capped, never executable.
+  b.Mkdir("/tmp", SetupStep::kMountTmpfs);
+  b.Tmpfs("/tmp", MS_NOSUID | MS_NODEV | MS_NOEXEC, SizeOpt(layout.tmp_bytes) + ",mode=1777" + ids,
+          SetupStep::kMountTmpfs);
+  b.Mkdir(kWorkspacePath, SetupStep::kMountTmpfs);
+  b.Tmpfs(kWorkspacePath, MS_NOSUID | MS_NODEV | MS_NOEXEC,
+          SizeOpt(layout.workspace_bytes) + ",mode=0755" + ids, SetupStep::kMountTmpfs);
+
+  // The pre-built matplotlib font cache (a missing one costs 0.4-0.6 s per
+  // start), then the caller's files.
+  b.Mkdir(kMplConfigPath, SetupStep::kStageFiles, 0700);
+  for (const auto& f : layout.mpl_cache_files) {
+    b.Copy(f.fd, std::string(kMplConfigPath) + "/" + f.name, 0644);
+  }
+  for (const auto& f : layout.workspace_files) {
+    b.Copy(f.fd, std::string(kWorkspacePath) + "/" + f.name, 0644);
+  }
+  return plan;
+}
+
+namespace {
+
+int CopyFdTo(int src, const char* target, uint32_t mode) {
+  int out = ::open(target, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+  if (out < 0) return -1;
+  off_t offset = 0;
+  for (;;) {
+    ssize_t n = ::sendfile(out, src, &offset, 1 << 20);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      ::close(out);
+      errno = e;
+      return -1;
+    }
+    if (n == 0) break;
+  }
+  return ::close(out);
+}
+
+int WriteFileAt(const char* target, const char* data, size_t len, uint32_t mode) {
+  int fd = ::open(target, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+  if (fd < 0) return -1;
+  if (len > 0 && sys::WriteAll(fd, data, len) != 0) {
+    int e = errno;
+    ::close(fd);
+    errno = e;
+    return -1;
+  }
+  // The umask may have narrowed the mode; the plan's mode is what we want.
+  if (::fchmod(fd, mode) != 0) {
+    int e = errno;
+    ::close(fd);
+    errno = e;
+    return -1;
+  }
+  return ::close(fd);
+}
+
+int ApplyOne(const MountOp& op) {
+  switch (op.kind) {
+    case MountOpKind::kMkdir:
+      if (::mkdir(op.target, op.mode) != 0 && errno != EEXIST) return -1;
+      return 0;
+    case MountOpKind::kBindRo:
+      if (::mount(op.source, op.target, nullptr, MS_BIND, nullptr) != 0) return -1;
+      return ::mount(nullptr, op.target, nullptr,
+                     MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | op.flags, nullptr);
+    case MountOpKind::kBindDev:
+      if (::mount(op.source, op.target, nullptr, MS_BIND, nullptr) != 0) return -1;
+      return ::mount(nullptr, op.target, nullptr,
+                     MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, nullptr);
+    case MountOpKind::kTmpfs:
+      return ::mount("tmpfs", op.target, "tmpfs", op.flags, op.data);
+    case MountOpKind::kProc:
+      return ::mount("proc", op.target, "proc", op.flags, nullptr);
+    case MountOpKind::kRemountRo:
+      return ::mount(nullptr, op.target, nullptr, MS_REMOUNT | MS_RDONLY | op.flags, nullptr);
+    case MountOpKind::kSymlink:
+      return ::symlink(op.source, op.target);
+    case MountOpKind::kWriteFile:
+      return WriteFileAt(op.target, op.data, op.length, op.mode);
+    case MountOpKind::kCopyFd:
+      return CopyFdTo(op.fd, op.target, op.mode);
+    case MountOpKind::kMaskFile: {
+      struct stat st {};
+      if (::lstat(op.target, &st) != 0) return 0;  // nothing to mask on this kernel
+      if (::mount(op.source, op.target, nullptr, MS_BIND, nullptr) != 0) return -1;
+      return ::mount(nullptr, op.target, nullptr,
+                     MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, nullptr);
+    }
+    case MountOpKind::kOpenTree:
+      return 0;  // done by PrepareMountSourcesInChild
+    case MountOpKind::kAttachTree: {
+      if (op.fd < 0 || op.fd >= kMaxTreeSlots || g_tree_fds[op.fd] < 0) {
+        errno = EBADF;
+        return -1;
+      }
+      if (sys::MoveMountFromFd(g_tree_fds[op.fd], op.target) != 0) return -1;
+      ::close(g_tree_fds[op.fd]);
+      g_tree_fds[op.fd] = -1;
+      return ::mount(nullptr, op.target, nullptr,
+                     MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | op.flags, nullptr);
+    }
+    case MountOpKind::kMaskDir: {
+      struct stat st {};
+      if (::lstat(op.target, &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
+      return ::mount("tmpfs", op.target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                     "size=4k,mode=0555");
+    }
+  }
+  errno = EINVAL;
+  return -1;
+}
+
+}  // namespace
+
+int PrepareMountSourcesInChild(const MountOp* ops, size_t count, size_t* failed) {
+  for (size_t i = 0; i < count; ++i) {
+    if (ops[i].kind != MountOpKind::kOpenTree) continue;
+    if (ops[i].fd < 0 || ops[i].fd >= kMaxTreeSlots) {
+      *failed = i;
+      errno = EINVAL;
+      return -1;
+    }
+    // Not recursive: a submount under the source stays out of the sandbox.
+    const int fd = sys::OpenTree(AT_FDCWD, ops[i].source, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+    if (fd < 0) {
+      *failed = i;
+      return -1;
+    }
+    g_tree_fds[ops[i].fd] = fd;
+  }
+  return 0;
+}
+
+int ApplyMountOpsInChild(const MountOp* ops, size_t count, size_t* failed) {
+  // Nothing we mount may propagate back to the host (the host's / is usually
+  // shared, and a new mount namespace inherits that).
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    *failed = SIZE_MAX;
+    return -1;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    if (ApplyOne(ops[i]) != 0) {
+      *failed = i;
+      return -1;
+    }
+  }
+  return 0;
+}
+
+int PivotRootInChild(const char* new_root) {
+  if (::chdir(new_root) != 0) return -1;
+  // pivot_root(2) NOTES: with new_root == put_old == ".", the old root ends up
+  // stacked on "." and a lazy unmount of "." removes it.
+  if (sys::PivotRoot(".", ".") != 0) return -1;
+  if (::umount2(".", MNT_DETACH) != 0) return -1;
+  return ::chdir("/");
+}
+
+int RemountRootReadOnlyInChild() {
+  return ::mount(nullptr, "/", nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV,
+                 nullptr);
+}
+
+}  // namespace kiln::isolation

@@ -1,0 +1,135 @@
+// Mount namespace: the sandbox's filesystem, built from a plan of MountOps.
+//
+// The supervisor decides, before clone, every mount, directory, symlink and
+// file of the new root (BuildMountPlan: it reads the host, resolves symlinks,
+// renders /etc/passwd); the child runs the ops in order (ApplyMountOpsInChild)
+// with nothing to decide, no allocation, and reports the index of a failing op.
+//
+// The layout (docs/setup-sequence.md, docs/architecture.md):
+//   /                tmpfs, remounted read-only after pivot_root
+//   /usr             read-only, nosuid, nodev bind (and /bin, /lib... as on the host)
+//   /etc/...         synthesized passwd, group, hosts; ro binds of ld.so.cache,
+//                    alternatives, matplotlibrc, python3*, localtime
+//   /opt/kiln/runtime read-only bind of kiln's runtime/ (the launcher)
+//   /proc            fresh procfs of the sandbox's pid namespace, masked entries
+//   /dev             tmpfs (ro) with binds of null, zero, full, random, urandom;
+//                    /dev/shm size-capped tmpfs
+//   /tmp, /workspace size-capped tmpfs, nosuid, nodev, noexec; cwd = /workspace
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "base/setup_step.h"
+
+namespace kiln::isolation {
+
+enum class MountOpKind : uint8_t {
+  kMkdir,      // mkdir target (mode)
+  kBindRo,     // bind source on target, then remount ro|nosuid|nodev (+ locked flags)
+  kBindDev,    // bind a device node source on target: ro, nosuid, noexec (not nodev)
+  kTmpfs,      // mount tmpfs on target with flags and data (size=, mode=, uid=)
+  kProc,       // mount proc on target
+  kRemountRo,  // remount target (a mount point we made) read-only, keeping flags
+  kSymlink,    // symlink source (the link text) at target
+  kWriteFile,  // create target with data[0..len) and mode
+  kCopyFd,     // create target with mode and copy the contents of fd
+  kMaskFile,   // bind source (/dev/null) over target if target exists
+  kMaskDir,    // mount an empty read-only tmpfs over target if it exists
+  kOpenTree,   // open_tree(source, OPEN_TREE_CLONE) into slot `fd`, before anything
+               // else and with the caller's host identity (PrepareMountSourcesInChild)
+  kAttachTree, // move_mount the tree in slot `fd` onto target, then ro|nosuid|nodev
+};
+
+struct MountOp {
+  MountOpKind kind;
+  SetupStep step;          // reported when this op fails
+  const char* source;      // host path, link text, or nullptr
+  const char* target;      // absolute path including the staging root
+  unsigned long flags;     // MS_* for mounts (extra flags to keep for binds)
+  const char* data;        // mount data, or file contents for kWriteFile
+  size_t length;           // kWriteFile
+  int fd;                  // kCopyFd; slot index for kOpenTree/kAttachTree
+  uint32_t mode;           // kMkdir, kWriteFile, kCopyFd
+};
+
+// Owns the strings the ops point into. Movable, never copied (pointers).
+class MountPlan final {
+ public:
+  MountPlan() = default;
+  MountPlan(const MountPlan&) = delete;
+  MountPlan& operator=(const MountPlan&) = delete;
+  MountPlan(MountPlan&&) = default;
+  MountPlan& operator=(MountPlan&&) = default;
+
+  const char* Intern(std::string s);
+  void Add(MountOp op) { ops_.push_back(op); }
+  const std::vector<MountOp>& ops() const { return ops_; }
+  // Staging directory the new root is mounted on before pivot_root.
+  const char* new_root() const { return new_root_; }
+  void set_new_root(const char* p) { new_root_ = p; }
+
+ private:
+  std::deque<std::string> strings_;  // deque: pointers stay valid on growth
+  std::vector<MountOp> ops_;
+  const char* new_root_ = nullptr;
+};
+
+struct MountLayout {
+  uid_t inside_uid = 1000;
+  gid_t inside_gid = 1000;
+  std::string runtime_dir;      // host path of kiln's runtime/ directory
+  uint64_t workspace_bytes = 0;
+  uint64_t tmp_bytes = 0;
+  uint64_t shm_bytes = 0;
+  // Files copied into the workspace (fd opened by the supervisor).
+  struct Staged {
+    int fd;
+    std::string name;
+  };
+  std::vector<Staged> workspace_files;
+  // Files copied into /tmp/matplotlib (the pre-built font cache).
+  std::vector<Staged> mpl_cache_files;
+  // Extra read-only binds, host path = sandbox path (profiles, later).
+  std::vector<std::string> extra_ro_paths;
+};
+
+// Supervisor side, before clone. Reads the host (which top-level entries are
+// symlinks into /usr, which /etc files exist, the flags of each bind source's
+// mount that a user namespace would lock) and returns the ops.
+Result<MountPlan> BuildMountPlan(const MountLayout& layout);
+
+// Child side, first, while the child still has the supervisor's host uid (so a
+// runtime directory under a private home is reachable): detaches a copy of each
+// kOpenTree source. Later ops can attach them even though the staging root
+// covers /tmp. -1 with errno and *failed on failure.
+int PrepareMountSourcesInChild(const MountOp* ops, size_t count, size_t* failed);
+
+// Child side, async-signal-safe. Makes "/" recursively private, then runs the
+// ops (kOpenTree ops were done by PrepareMountSourcesInChild). On failure
+// returns -1 with errno set and *failed = index of the op.
+int ApplyMountOpsInChild(const MountOp* ops, size_t count, size_t* failed);
+
+// Child side: pivot_root into new_root and detach the old root (the
+// "pivot_root(".", ".")" idiom from pivot_root(2), so no put_old directory is
+// needed), then chdir("/"). -1 with errno on failure.
+int PivotRootInChild(const char* new_root);
+
+// Child side, after pivot: remount "/" read-only (the root tmpfs). -1/errno.
+int RemountRootReadOnlyInChild();
+
+// Paths inside the sandbox.
+inline constexpr const char* kWorkspacePath = "/workspace";
+inline constexpr const char* kTmpPath = "/tmp";
+inline constexpr const char* kShmPath = "/dev/shm";
+inline constexpr const char* kRuntimeMountPath = "/opt/kiln/runtime";
+inline constexpr const char* kMplConfigPath = "/tmp/matplotlib";
+inline constexpr const char* kDeviceNodes[] = {"null", "zero", "full", "random", "urandom"};
+
+}  // namespace kiln::isolation

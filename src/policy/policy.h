@@ -1,0 +1,101 @@
+// SandboxPolicy: everything one sandboxed run is allowed, as an immutable value.
+// PolicyBuilder is the only way to make one (P9): the CLI's flags, and later the
+// HTTP API's JSON and the config's profiles, all become builder calls, so every
+// field is validated in exactly one place. Defaults are the strict ones (P10):
+// no network, read-only root, no new privileges, tight limits.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+
+namespace kiln::policy {
+
+// A host file copied into the workspace before the program starts.
+struct InputFile {
+  std::string host_path;  // opened by the supervisor with its own privileges
+  std::string name;       // a single path component inside the workspace
+};
+
+// How a layer the policy wants must be present on the host.
+enum class Requirement {
+  kRequired,    // missing: the run refuses to start (kFailedPrecondition)
+  kBestEffort,  // missing: the run goes on with the fallback, and says so
+};
+
+// Limits, with their defaults. Every one is enforced by the supervisor or the
+// kernel, never trusted to the sandbox.
+struct Limits {
+  double wall_timeout_s = 30;            // --timeout; 124 exit / status "timeout"
+  double cpu_time_s = 30;                // --cpu-time; total of every process
+  uint64_t memory_bytes = 512ULL << 20;  // --memory; cgroup memory, swap off
+  double cpus = 1.0;                     // --cpus; cgroup cpu quota
+  uint64_t pids = 256;                   // --pids; processes + threads
+  uint64_t output_bytes = 1ULL << 20;    // --output-limit; per stream
+  uint64_t workspace_bytes = 128ULL << 20;  // --disk; tmpfs cap of the workspace
+  uint64_t tmp_bytes = 64ULL << 20;      // tmpfs cap of /tmp
+  uint64_t shm_bytes = 64ULL << 20;      // tmpfs cap of /dev/shm
+  uint64_t open_files = 1024;            // RLIMIT_NOFILE
+};
+
+class SandboxPolicy final {
+ public:
+  const Limits& limits() const { return limits_; }
+  // Absolute path of the interpreter; never looked up through PATH.
+  const std::string& interpreter() const { return interpreter_; }
+  const std::vector<InputFile>& input_files() const { return input_files_; }
+  // Whether the cgroup layer (memory/pids/cpu) must be present. Best effort
+  // falls back to rlimits (RLIMIT_DATA, RLIMIT_NPROC, RLIMIT_CPU) and reports it.
+  Requirement cgroup() const { return cgroup_; }
+  Requirement landlock() const { return landlock_; }
+  const std::string& hostname() const { return hostname_; }
+
+ private:
+  friend class PolicyBuilder;
+  SandboxPolicy() = default;
+  Limits limits_;
+  std::string interpreter_ = "/usr/bin/python3";
+  std::vector<InputFile> input_files_;
+  Requirement cgroup_ = Requirement::kRequired;
+  Requirement landlock_ = Requirement::kRequired;
+  std::string hostname_ = "kiln";
+};
+
+// Fluent builder with a sticky first error: after one bad call the rest are
+// ignored and Build() returns that error, naming the field.
+class PolicyBuilder final {
+ public:
+  PolicyBuilder() = default;
+
+  PolicyBuilder& WallTimeout(double seconds);
+  PolicyBuilder& CpuTime(double seconds);
+  PolicyBuilder& Memory(uint64_t bytes);
+  PolicyBuilder& Cpus(double cpus);
+  PolicyBuilder& Pids(uint64_t pids);
+  PolicyBuilder& OutputLimit(uint64_t bytes);
+  PolicyBuilder& Disk(uint64_t bytes);
+  PolicyBuilder& Interpreter(std::string path);
+  // `name` empty: the basename of host_path.
+  PolicyBuilder& AddFile(std::string host_path, std::string name);
+  PolicyBuilder& CgroupRequirement(Requirement r);
+
+  // Checks across fields (cpu time defaults to the wall timeout when not set;
+  // input names are unique) and returns the policy, or the first error.
+  Result<SandboxPolicy> Build();
+
+ private:
+  void Fail(std::string field, std::string message);
+  SandboxPolicy policy_;
+  std::optional<Error> error_;
+  bool cpu_time_set_ = false;
+  bool built_ = false;
+};
+
+// True when `name` is a safe single component for the workspace: non-empty,
+// at most 255 bytes, no '/', no NUL, not "." or "..".
+bool IsSafeFileName(const std::string& name);
+
+}  // namespace kiln::policy

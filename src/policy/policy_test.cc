@@ -1,0 +1,85 @@
+#include "policy/policy.h"
+
+#include <gtest/gtest.h>
+
+namespace kiln::policy {
+namespace {
+
+TEST(PolicyBuilder, DefaultsAreStrict) {
+  auto p = PolicyBuilder().Build();
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->interpreter(), "/usr/bin/python3");
+  EXPECT_DOUBLE_EQ(p->limits().wall_timeout_s, 30);
+  EXPECT_DOUBLE_EQ(p->limits().cpu_time_s, 30);
+  EXPECT_EQ(p->limits().output_bytes, 1u << 20);
+  EXPECT_EQ(p->cgroup(), Requirement::kRequired);
+  EXPECT_EQ(p->landlock(), Requirement::kRequired);
+}
+
+TEST(PolicyBuilder, CpuTimeFollowsTimeoutUnlessSet) {
+  auto p = PolicyBuilder().WallTimeout(5).Build();
+  ASSERT_TRUE(p.ok());
+  EXPECT_DOUBLE_EQ(p->limits().cpu_time_s, 5);
+  auto q = PolicyBuilder().WallTimeout(5).CpuTime(2).Build();
+  ASSERT_TRUE(q.ok());
+  EXPECT_DOUBLE_EQ(q->limits().cpu_time_s, 2);
+}
+
+TEST(PolicyBuilder, StickyFirstErrorNamesTheField) {
+  auto p = PolicyBuilder().Memory(1024).Pids(1).Build();
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.error().code, Code::kInvalidArgument);
+  EXPECT_EQ(p.error().message.rfind("memory:", 0), 0u) << p.error().message;
+}
+
+TEST(PolicyBuilder, RejectsOutOfRange) {
+  EXPECT_FALSE(PolicyBuilder().WallTimeout(0).Build().ok());
+  EXPECT_FALSE(PolicyBuilder().WallTimeout(-1).Build().ok());
+  EXPECT_FALSE(PolicyBuilder().Cpus(0).Build().ok());
+  EXPECT_FALSE(PolicyBuilder().Cpus(10000).Build().ok());
+  EXPECT_FALSE(PolicyBuilder().Pids(2).Build().ok());
+  EXPECT_FALSE(PolicyBuilder().OutputLimit(0).Build().ok());
+  EXPECT_FALSE(PolicyBuilder().Disk(1000).Build().ok());
+  EXPECT_TRUE(PolicyBuilder().Cpus(0.5).Pids(64).Disk(1 << 20).Build().ok());
+}
+
+TEST(PolicyBuilder, InterpreterMustBeAbsoluteAndExecutable) {
+  auto rel = PolicyBuilder().Interpreter("python3").Build();
+  ASSERT_FALSE(rel.ok());
+  EXPECT_NE(rel.error().message.find("absolute"), std::string::npos);
+  EXPECT_FALSE(PolicyBuilder().Interpreter("/nonexistent/python3").Build().ok());
+}
+
+TEST(PolicyBuilder, FileNames) {
+  auto p = PolicyBuilder().AddFile("/etc/hostname", "").AddFile("/etc/hostname", "h2.txt").Build();
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(p->input_files().size(), 2u);
+  EXPECT_EQ(p->input_files()[0].name, "hostname");
+  EXPECT_EQ(p->input_files()[1].name, "h2.txt");
+  EXPECT_FALSE(PolicyBuilder().AddFile("/etc/hostname", "../x").Build().ok());
+  EXPECT_FALSE(PolicyBuilder().AddFile("/etc/hostname", "a/b").Build().ok());
+  EXPECT_FALSE(PolicyBuilder().AddFile("/etc/hostname", "..").Build().ok());
+  auto dup = PolicyBuilder().AddFile("/etc/hostname", "x").AddFile("/etc/os-release", "x").Build();
+  ASSERT_FALSE(dup.ok());
+  EXPECT_NE(dup.error().message.find("twice"), std::string::npos);
+}
+
+TEST(PolicyBuilder, BuildOnce) {
+  PolicyBuilder b;
+  EXPECT_TRUE(b.Build().ok());
+  EXPECT_FALSE(b.Build().ok());
+}
+
+TEST(IsSafeFileName, Cases) {
+  EXPECT_TRUE(IsSafeFileName("data.csv"));
+  EXPECT_TRUE(IsSafeFileName(".hidden"));
+  EXPECT_FALSE(IsSafeFileName(""));
+  EXPECT_FALSE(IsSafeFileName("."));
+  EXPECT_FALSE(IsSafeFileName(".."));
+  EXPECT_FALSE(IsSafeFileName("a/b"));
+  EXPECT_FALSE(IsSafeFileName(std::string("a\0b", 3)));
+  EXPECT_FALSE(IsSafeFileName(std::string(256, 'x')));
+}
+
+}  // namespace
+}  // namespace kiln::policy

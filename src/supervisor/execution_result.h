@@ -1,0 +1,86 @@
+// ExecutionResult: what happened to the program, as opposed to whether the
+// API call worked (P8). A crash, a timeout or a kill is a result, never an
+// error of the call. The first terminal cause wins.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/setup_step.h"
+
+namespace kiln::supervisor {
+
+enum class Outcome {
+  kOk,               // exited 0
+  kError,            // exited non-zero
+  kTimeout,          // wall-clock timeout; killed by the supervisor
+  kCpuLimit,         // cpu-time limit (sandbox total, or RLIMIT_CPU)
+  kMemoryLimit,      // killed by the cgroup's OOM killer
+  kOutputLimit,      // stdout or stderr passed its cap; killed by the supervisor
+  kSignaled,         // killed by a signal for another reason
+  kPolicyViolation,  // seccomp killed it (foreign ABI, x32)
+  kSetupError,       // the sandbox could not be built; the program never ran
+};
+
+// "ok", "error", "timeout", "cpu_limit", "memory_limit", "output_limit",
+// "signaled", "policy_violation", "setup_error".
+std::string_view ToString(Outcome outcome);
+
+struct SetupErrorInfo {
+  SetupStep step = SetupStep::kNone;
+  int sys_errno = 0;
+  std::string message;
+};
+
+struct CollectedFile {
+  std::string path;  // relative to the workspace (and to --collect DIR)
+  uint64_t size = 0;
+};
+
+// Wall time of each supervisor-side phase, for bench/ (e).
+struct PhaseTimes {
+  double plan_ms = 0;        // policy -> ChildPlan (BPF, mount plan, fds)
+  double cgroup_ms = 0;      // create the cgroup and write its limits
+  double clone_ms = 0;       // clone3
+  double maps_ms = 0;        // uid/gid maps
+  double child_setup_ms = 0; // maps written -> workspace fd (mounts, pivot)
+  double exec_ms = 0;        // workspace fd -> worker about to execve
+  double attach_ms = 0;      // v1 cgroup attach of the worker (overlaps interpreter start)
+  double start_ms = 0;       // worker about to execve -> program sent (interpreter start)
+  double run_ms = 0;         // program sent -> worker exited
+  double teardown_ms = 0;    // worker exited -> reaped, cgroup removed, files collected
+};
+
+struct ExecutionResult {
+  Outcome outcome = Outcome::kSetupError;
+  int exit_code = -1;  // when the worker exited; -1 otherwise
+  int signal = 0;      // when it was killed by a signal
+  std::string stdout_data;
+  std::string stderr_data;
+  bool stdout_truncated = false;
+  bool stderr_truncated = false;
+  double duration_ms = 0;  // from the program's start to its end
+  double cpu_ms = 0;
+  uint64_t peak_memory_bytes = 0;
+  uint64_t oom_kills = 0;
+  std::string limits_backend;  // "cgroup v2", "cgroup v1", "rlimits"
+  std::vector<CollectedFile> files;
+  std::optional<SetupErrorInfo> setup_error;
+  std::string reason;  // one line: why this outcome (e.g. "wall-clock timeout of 2 s")
+  PhaseTimes phases;
+};
+
+// The exit code `kiln run` uses in plain mode: the program's own; 124 on
+// timeout (as timeout(1)); 128+N when killed by signal N; 125 on setup error.
+int PlainExitCode(const ExecutionResult& r);
+
+// The --json object (docs/api.md). Invalid UTF-8 in stdout/stderr is replaced
+// with U+FFFD, never an exception.
+nlohmann::json ToJson(const ExecutionResult& r, bool with_files);
+
+}  // namespace kiln::supervisor

@@ -1,0 +1,714 @@
+#include "supervisor/sandbox.h"
+
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "base/cleanup.h"
+#include "base/log.h"
+#include "base/unique_fd.h"
+#include "base/units.h"
+#include "child/child_plan.h"
+#include "child/sync_message.h"
+#include "isolation/mount_ns.h"
+#include "isolation/rlimits.h"
+#include "isolation/user_ns.h"
+#include "supervisor/workspace.h"
+#include "sys/syscalls.h"
+
+namespace kiln::supervisor {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using child::SyncMessage;
+using child::SyncTag;
+
+constexpr auto kSetupTimeout = std::chrono::seconds(20);
+constexpr auto kCpuPollInterval = std::chrono::milliseconds(50);
+constexpr auto kDrainTimeout = std::chrono::seconds(2);
+constexpr uint64_t kMaxProgramBytes = 64ULL << 20;
+
+double Ms(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// argv/envp as the child needs them: NUL-terminated arrays of C strings whose
+// storage outlives the clone.
+class CStringArray final {
+ public:
+  void Add(std::string s) { strings_.push_back(std::move(s)); }
+  char* const* Finish() {
+    ptrs_.clear();
+    for (auto& s : strings_) ptrs_.push_back(s.data());
+    ptrs_.push_back(nullptr);
+    return ptrs_.data();
+  }
+
+ private:
+  std::vector<std::string> strings_;
+  std::vector<char*> ptrs_;
+};
+
+Status SetNonBlocking(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) return ErrnoError("fcntl O_NONBLOCK");
+  return OkStatus();
+}
+
+std::string UniqueCgroupName() {
+  static std::atomic<uint64_t> counter{0};
+  std::random_device rd;
+  return "sbx-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
+         std::to_string(rd() % 1000000);
+}
+
+// Reads what is available from a capture pipe into `buf`, keeping at most
+// `cap` bytes. Returns false at EOF. Sets *over when more than `cap` arrived.
+bool ReadCapped(int fd, std::string* buf, uint64_t cap, bool* over) {
+  char chunk[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno == EAGAIN;  // EAGAIN: open, nothing more now
+    }
+    if (n == 0) return false;
+    const uint64_t room = cap > buf->size() ? cap - buf->size() : 0;
+    if (static_cast<uint64_t>(n) > room) {
+      buf->append(chunk, static_cast<size_t>(room));
+      *over = true;
+    } else {
+      buf->append(chunk, static_cast<size_t>(n));
+    }
+  }
+}
+
+struct Received {
+  SyncMessage msg{};
+  UniqueFd fd;        // SCM_RIGHTS, if any
+  pid_t sender = 0;   // SCM_CREDENTIALS, if any
+  bool eof = false;
+  bool again = false;  // nothing to read now
+  bool garbage = false;
+};
+
+// One record from the setup channel. Anything that is not exactly one
+// SyncMessage is garbage: the sandbox is hostile (P19).
+Received ReceiveSync(int fd) {
+  Received out;
+  iovec iov{&out.msg, sizeof out.msg};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4) + CMSG_SPACE(sizeof(ucred))];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  do {
+    n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    if (errno == EAGAIN) {
+      out.again = true;
+    } else {
+      out.eof = true;
+    }
+    return out;
+  }
+  if (n == 0) {
+    out.eof = true;
+    return out;
+  }
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET) continue;
+    if (c->cmsg_type == SCM_RIGHTS) {
+      const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int received;
+        std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        if (i == 0 && !out.fd) {
+          out.fd.Reset(received);
+        } else {
+          ::close(received);  // more fds than a record carries: drop them
+        }
+      }
+    } else if (c->cmsg_type == SCM_CREDENTIALS) {
+      ucred cred{};
+      std::memcpy(&cred, CMSG_DATA(c), sizeof cred);
+      out.sender = cred.pid;
+    }
+  }
+  if (n != static_cast<ssize_t>(sizeof(SyncMessage)) || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+    out.garbage = true;
+  }
+  return out;
+}
+
+std::string DescribeFailure(const SyncMessage& m, const isolation::MountPlan& mounts) {
+  const auto step = static_cast<SetupStep>(m.step);
+  std::string s = "sandbox setup failed at step " + std::string(ToString(step));
+  if (m.detail >= 0 && (step == SetupStep::kMountRoot || step == SetupStep::kMountBinds ||
+                        step == SetupStep::kMountProc || step == SetupStep::kMountTmpfs ||
+                        step == SetupStep::kStageFiles)) {
+    const auto idx = static_cast<size_t>(m.detail);
+    if (idx < mounts.ops().size()) {
+      std::string target = mounts.ops()[idx].target;
+      const std::string root = mounts.new_root();
+      if (target.rfind(root, 0) == 0) target = target.substr(root.size());
+      s += " (" + (target.empty() ? std::string("/") : target) + ")";
+    }
+  }
+  if (m.err > 0) s += ": " + std::string(std::strerror(m.err));
+  if (step == SetupStep::kStageFiles && m.err == ENOSPC) s += " (the files exceed the workspace size)";
+  return s;
+}
+
+}  // namespace
+
+Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::SandboxPolicy& policy,
+                                     const Program& program, const RunOptions& options) {
+  const auto t_start = Clock::now();
+  ExecutionResult r;
+  const policy::Limits& limits = policy.limits();
+
+  // --- Requirements: refuse, with doctor's reason, rather than run unprotected.
+  const bool have_cgroup =
+      host.cgroups != nullptr && host.cgroups->mode() != isolation::CgroupMode::kNone;
+  if (!have_cgroup && policy.cgroup() == policy::Requirement::kRequired) {
+    return FailedPrecondition("the policy requires cgroup limits and this host gives none: " +
+                              (host.cgroups ? host.cgroups->reason() : std::string("not detected")) +
+                              " (see `kiln doctor`)");
+  }
+  if (!host.landlock && policy.landlock() == policy::Requirement::kRequired) {
+    return FailedPrecondition("the policy requires Landlock: " + host.landlock_error +
+                              " (see `kiln doctor`)");
+  }
+  if (program.source.size() > kMaxProgramBytes) {
+    return InvalidArgument("program: larger than " + FormatSize(kMaxProgramBytes));
+  }
+
+  // --- Plan: everything the child needs, before clone (P4).
+  std::vector<UniqueFd> keep_fds;
+  isolation::MountLayout layout;
+  layout.inside_uid = isolation::kInsideUid;
+  layout.inside_gid = isolation::kInsideGid;
+  layout.workspace_bytes = limits.workspace_bytes;
+  layout.tmp_bytes = limits.tmp_bytes;
+  layout.shm_bytes = limits.shm_bytes;
+  uint64_t input_total = 0;
+  for (const auto& f : policy.input_files()) {
+    UniqueFd fd(::open(f.host_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
+    if (!fd) return ErrnoError("file: cannot open '" + f.host_path + "'");
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      return InvalidArgument("file: '" + f.host_path + "' is not a regular file");
+    }
+    input_total += static_cast<uint64_t>(st.st_size);
+    layout.workspace_files.push_back({fd.get(), f.name});
+    keep_fds.push_back(std::move(fd));
+  }
+  if (input_total > limits.workspace_bytes) {
+    return InvalidArgument("file: the input files (" + FormatSize(input_total) +
+                           ") do not fit the workspace (--disk " +
+                           FormatSize(limits.workspace_bytes) + ")");
+  }
+  {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(fs::path(host.cache_dir) / "matplotlib", ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("fontlist-", 0) != 0 || e.path().extension() != ".json") continue;
+      UniqueFd fd(::open(e.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+      if (!fd) continue;
+      layout.mpl_cache_files.push_back({fd.get(), name});
+      keep_fds.push_back(std::move(fd));
+    }
+  }
+  // The runtime directory is detached by open_tree in the child before the
+  // staging root covers /tmp, so it may live anywhere (mount_ns.h).
+  layout.runtime_dir = host.runtime_dir;
+  KILN_ASSIGN_OR_RETURN(isolation::MountPlan mounts, isolation::BuildMountPlan(layout));
+
+  KILN_ASSIGN_OR_RETURN(isolation::UidSlot slot, isolation::UidSlot::Acquire(host.slot_lock_dir));
+
+  CStringArray argv;
+  argv.Add(policy.interpreter());
+  argv.Add("-I");  // isolated: no PYTHON* variables, no user site, no cwd on sys.path
+  argv.Add("-B");  // the tree is read-only; never try to write .pyc files
+  argv.Add(std::string(isolation::kRuntimeMountPath) + "/kiln_runtime/launch.py");
+  CStringArray envp;
+  {
+    const int threads = std::max(1, static_cast<int>(std::ceil(limits.cpus)));
+    std::vector<std::pair<std::string, std::string>> env = {
+        {"PATH", "/usr/local/bin:/usr/bin:/bin"},
+        {"HOME", "/tmp"},
+        {"TMPDIR", "/tmp"},
+        {"LANG", "C.UTF-8"},
+        {"MPLBACKEND", "Agg"},
+        {"MPLCONFIGDIR", isolation::kMplConfigPath},
+        {"OPENBLAS_NUM_THREADS", std::to_string(threads)},
+        {"OMP_NUM_THREADS", std::to_string(threads)},
+        {"MKL_NUM_THREADS", std::to_string(threads)},
+    };
+    for (const auto& [k, v] : program.env) {
+      bool replaced = false;
+      for (auto& e : env) {
+        if (e.first == k) {
+          e.second = v;
+          replaced = true;
+        }
+      }
+      if (!replaced) env.emplace_back(k, v);
+    }
+    for (const auto& [k, v] : env) envp.Add(k + "=" + v);
+  }
+
+  int sp[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) return ErrnoError("socketpair");
+  UniqueFd sync_parent(sp[0]), sync_child(sp[1]);
+  const int one = 1;
+  if (::setsockopt(sync_parent.get(), SOL_SOCKET, SO_PASSCRED, &one, sizeof one) != 0) {
+    return ErrnoError("setsockopt SO_PASSCRED");
+  }
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return ErrnoError("pipe2");
+  UniqueFd code_r(p[0]), code_w(p[1]);
+  if (::pipe2(p, O_CLOEXEC) != 0) return ErrnoError("pipe2");
+  UniqueFd out_r(p[0]), out_w(p[1]);
+  if (::pipe2(p, O_CLOEXEC) != 0) return ErrnoError("pipe2");
+  UniqueFd err_r(p[0]), err_w(p[1]);
+  KILN_TRY(SetNonBlocking(code_w.get()));
+  KILN_TRY(SetNonBlocking(out_r.get()));
+  KILN_TRY(SetNonBlocking(err_r.get()));
+
+  child::ChildPlan plan;
+  plan.sync_fd = sync_child.get();
+  plan.code_fd = code_r.get();
+  plan.stdout_fd = out_w.get();
+  plan.stderr_fd = err_w.get();
+  plan.drop_groups = slot.privileged();
+  plan.mount_ops = mounts.ops().data();
+  plan.mount_count = mounts.ops().size();
+  plan.new_root = mounts.new_root();
+  plan.hostname = policy.hostname().c_str();
+  plan.last_cap = host.last_cap;
+  plan.rlimits = isolation::BuildRlimitPlan({limits.open_files, limits.workspace_bytes,
+                                             limits.cpu_time_s, !have_cgroup, limits.memory_bytes,
+                                             limits.pids});
+  if (host.landlock) plan.landlock = *host.landlock;
+  plan.seccomp = host.seccomp.data();
+  plan.seccomp_length = host.seccomp.size();
+  plan.exec_path = policy.interpreter().c_str();
+  plan.argv = argv.Finish();
+  plan.envp = envp.Finish();
+  plan.cwd = isolation::kWorkspacePath;
+  const auto t_planned = Clock::now();
+  r.phases.plan_ms = Ms(t_start, t_planned);
+
+  // --- cgroup, before clone: v2 starts the child inside it.
+  std::unique_ptr<isolation::Cgroup> cgroup;
+  if (have_cgroup) {
+    KILN_ASSIGN_OR_RETURN(cgroup, host.cgroups->Create(
+                                      UniqueCgroupName(),
+                                      {limits.memory_bytes, limits.pids, limits.cpus}));
+    r.limits_backend = std::string("cgroup ") + std::string(isolation::ToString(host.cgroups->mode()));
+  } else {
+    r.limits_backend = "rlimits";
+    KILN_LOG_WARN("no cgroup limits on this host ({}); using rlimits (RLIMIT_DATA, RLIMIT_NPROC)",
+                  host.cgroups ? host.cgroups->reason() : "not detected");
+  }
+  const auto t_cgroup = Clock::now();
+  r.phases.cgroup_ms = Ms(t_planned, t_cgroup);
+
+  // --- clone3 into every namespace at once.
+  int pidfd = -1;
+  clone_args args{};
+  args.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
+               CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD;
+  args.pidfd = reinterpret_cast<uint64_t>(&pidfd);  // NOLINT: the kernel ABI is a u64 address
+  args.exit_signal = SIGCHLD;
+  if (cgroup && cgroup->clone_into_fd() >= 0) {
+    args.flags |= CLONE_INTO_CGROUP;
+    args.cgroup = static_cast<uint64_t>(cgroup->clone_into_fd());
+  }
+  const pid_t pid = sys::Clone3(&args);
+  if (pid == 0) child::RunChild(plan);  // never returns
+  if (pid < 0) {
+    const int e = errno;
+    std::string hint;
+    if (e == EPERM || e == ENOSPC || e == EUSERS) {
+      hint = " (user namespaces may be disabled or exhausted: see `kiln doctor`)";
+    }
+    return ErrnoError("clone3 into new namespaces" + hint, e, SetupStep::kClone);
+  }
+  UniqueFd pidfd_owner(pidfd);
+  bool reaped = false;
+  // Whatever happens from here, the sandbox dies and is reaped before we return.
+  Cleanup reap([&] {
+    if (!reaped) {
+      sys::PidfdSendSignal(pidfd, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  });
+  sync_child.Reset();
+  code_r.Reset();
+  out_w.Reset();
+  err_w.Reset();
+  const auto t_cloned = Clock::now();
+  r.phases.clone_ms = Ms(t_cgroup, t_cloned);
+
+  KILN_TRY(isolation::WriteIdMapsFromParent(pid, slot));
+  {
+    SyncMessage go{};
+    go.tag = SyncTag::kMapsWritten;
+    if (::send(sync_parent.get(), &go, sizeof go, MSG_NOSIGNAL) != sizeof go) {
+      return ErrnoError("send to the sandbox's setup channel", errno, SetupStep::kUserMaps);
+    }
+  }
+  const auto t_maps = Clock::now();
+  r.phases.maps_ms = Ms(t_cloned, t_maps);
+
+  // --- Event loop: setup records, capture, program delivery, limits.
+  const std::string payload = "KILN0 " + program.filename + "\n" + program.source;
+  size_t payload_off = 0;
+  bool program_pending = false;  // worker attached, program not yet fully sent
+  bool program_sent = false;
+  bool sync_open = true, out_open = true, err_open = true, init_exited = false;
+  UniqueFd workspace_fd;
+  std::optional<int> worker_status;
+  std::optional<SyncMessage> failure;
+  std::string failure_text;
+  std::optional<Outcome> kill_reason;
+  bool killed = false;
+  Clock::time_point t_workspace{}, t_worker{}, t_attached{}, t_sent{}, t_exit{};
+  const auto setup_deadline = t_maps + kSetupTimeout;
+  Clock::time_point run_deadline = Clock::time_point::max();
+  auto next_cpu_poll = Clock::time_point::max();
+  const uint64_t cpu_limit_usec = static_cast<uint64_t>(limits.cpu_time_s * 1e6);
+
+  auto kill_sandbox = [&](std::optional<Outcome> why) {
+    if (why && !kill_reason && !failure) kill_reason = why;
+    if (!killed) {
+      killed = true;
+      sys::PidfdSendSignal(pidfd, SIGKILL);
+    }
+  };
+
+  while (!init_exited) {
+    pollfd fds[5];
+    int n = 0;
+    int idx_sync = -1, idx_out = -1, idx_err = -1, idx_code = -1;
+    if (sync_open) { idx_sync = n; fds[n++] = {sync_parent.get(), POLLIN, 0}; }
+    if (out_open) { idx_out = n; fds[n++] = {out_r.get(), POLLIN, 0}; }
+    if (err_open) { idx_err = n; fds[n++] = {err_r.get(), POLLIN, 0}; }
+    const int idx_pid = n;
+    fds[n++] = {pidfd, POLLIN, 0};
+    if (program_pending && code_w) { idx_code = n; fds[n++] = {code_w.get(), POLLOUT, 0}; }
+
+    auto now = Clock::now();
+    auto wake = program_sent ? std::min(run_deadline, next_cpu_poll) : setup_deadline;
+    int timeout_ms = static_cast<int>(std::clamp<int64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count() + 1, 0, 1000));
+    int rc = ::poll(fds, static_cast<nfds_t>(n), timeout_ms);
+    if (rc < 0 && errno != EINTR) return ErrnoError("poll");
+    now = Clock::now();
+
+    if (idx_sync >= 0 && fds[idx_sync].revents != 0) {
+      for (;;) {
+        Received m = ReceiveSync(sync_parent.get());
+        if (m.eof) { sync_open = false; break; }
+        if (m.again) break;
+        if (m.garbage) {
+          failure_text = "the sandbox sent a malformed setup record";
+          if (!failure) failure = SyncMessage{SyncTag::kFailure, 0, 0, EPROTO, -1, 0};
+          kill_sandbox(std::nullopt);
+          continue;
+        }
+        switch (m.msg.tag) {
+          case SyncTag::kWorkspaceFd:
+            if (!workspace_fd && m.fd) {
+              workspace_fd = std::move(m.fd);
+              t_workspace = now;
+            }
+            break;
+          case SyncTag::kWorkerStarted:
+            if (program_pending || program_sent || m.sender <= 0) break;  // only the first counts
+            t_worker = now;
+            if (cgroup && cgroup->clone_into_fd() < 0) {
+              // v1: move the worker now, while its interpreter starts; the
+              // launcher runs nothing of the program before it arrives.
+              Status attached = cgroup->Attach(m.sender);
+              if (!attached.ok()) {
+                failure = SyncMessage{SyncTag::kFailure,
+                                      static_cast<uint8_t>(SetupStep::kCgroupAttach), 0,
+                                      attached.error().sys_errno, -1, 0};
+                failure_text = "attaching the sandbox to its cgroup failed: " +
+                               attached.error().ToString();
+                kill_sandbox(std::nullopt);
+                break;
+              }
+            }
+            t_attached = Clock::now();
+            program_pending = true;
+            break;
+          case SyncTag::kWorkerExited:
+            if (!worker_status) {
+              worker_status = m.msg.status;
+              t_exit = now;
+            }
+            break;
+          case SyncTag::kFailure:
+            if (!failure) {
+              failure = m.msg;
+              failure_text = DescribeFailure(m.msg, mounts);
+            }
+            kill_sandbox(std::nullopt);
+            break;
+          case SyncTag::kMapsWritten:
+          default:
+            failure_text = "the sandbox sent an unexpected setup record";
+            if (!failure) failure = SyncMessage{SyncTag::kFailure, 0, 0, EPROTO, -1, 0};
+            kill_sandbox(std::nullopt);
+            break;
+        }
+      }
+    }
+    if (idx_code >= 0 && fds[idx_code].revents != 0) {
+      while (payload_off < payload.size()) {
+        ssize_t w = ::write(code_w.get(), payload.data() + payload_off, payload.size() - payload_off);
+        if (w < 0) {
+          if (errno == EINTR) continue;
+          if (errno != EAGAIN) payload_off = payload.size();  // EPIPE: the worker died
+          break;
+        }
+        payload_off += static_cast<size_t>(w);
+      }
+      if (payload_off >= payload.size()) {
+        code_w.Reset();  // EOF ends the program text
+        program_pending = false;
+        program_sent = true;
+        t_sent = Clock::now();
+        run_deadline = t_sent + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(limits.wall_timeout_s));
+        if (cgroup) next_cpu_poll = t_sent + kCpuPollInterval;
+      }
+    }
+    if (idx_out >= 0 && fds[idx_out].revents != 0) {
+      bool over = false;
+      out_open = ReadCapped(out_r.get(), &r.stdout_data, limits.output_bytes, &over);
+      if (over) {
+        r.stdout_truncated = true;
+        kill_sandbox(Outcome::kOutputLimit);
+        out_open = false;
+      }
+    }
+    if (idx_err >= 0 && fds[idx_err].revents != 0) {
+      bool over = false;
+      err_open = ReadCapped(err_r.get(), &r.stderr_data, limits.output_bytes, &over);
+      if (over) {
+        r.stderr_truncated = true;
+        kill_sandbox(Outcome::kOutputLimit);
+        err_open = false;
+      }
+    }
+    if (fds[idx_pid].revents != 0) init_exited = true;
+
+    if (!init_exited && !killed) {
+      if (!program_sent && now >= setup_deadline) {
+        failure = SyncMessage{SyncTag::kFailure, static_cast<uint8_t>(SetupStep::kStartProgram), 0,
+                              ETIMEDOUT, -1, 0};
+        failure_text = "the sandbox did not become ready within " +
+                       std::to_string(kSetupTimeout.count()) + " s";
+        kill_sandbox(std::nullopt);
+      } else if (program_sent && now >= run_deadline) {
+        kill_sandbox(Outcome::kTimeout);
+      } else if (program_sent && now >= next_cpu_poll) {
+        next_cpu_poll = now + kCpuPollInterval;
+        auto usage = cgroup->Usage();
+        if (usage.ok() && usage->has_cpu && usage->cpu_usec > cpu_limit_usec) {
+          kill_sandbox(Outcome::kCpuLimit);
+        }
+      }
+    }
+  }
+  if (!t_exit.time_since_epoch().count()) t_exit = Clock::now();
+
+  // --- Teardown. pid 1's exit took the whole pid namespace with it.
+  int init_status = 0;
+  rusage ru{};
+  if (::wait4(pid, &init_status, 0, &ru) == pid) reaped = true;
+  // Late records (the worker's status can race pid 1's exit) and the rest of
+  // the output: every writer is dead, so these reach EOF quickly.
+  const auto drain_deadline = Clock::now() + kDrainTimeout;
+  while ((out_open || err_open || sync_open) && Clock::now() < drain_deadline) {
+    if (sync_open) {
+      Received m = ReceiveSync(sync_parent.get());
+      if (m.eof || m.again) {
+        sync_open = false;
+      } else if (!m.garbage && m.msg.tag == SyncTag::kWorkerExited && !worker_status) {
+        worker_status = m.msg.status;
+      } else if (!m.garbage && m.msg.tag == SyncTag::kFailure && !failure) {
+        failure = m.msg;
+        failure_text = DescribeFailure(m.msg, mounts);
+      }
+    }
+    bool over = false;
+    if (out_open) {
+      out_open = ReadCapped(out_r.get(), &r.stdout_data, limits.output_bytes, &over);
+      if (over) { r.stdout_truncated = true; out_open = false; }
+    }
+    if (err_open) {
+      over = false;
+      err_open = ReadCapped(err_r.get(), &r.stderr_data, limits.output_bytes, &over);
+      if (over) { r.stderr_truncated = true; err_open = false; }
+    }
+    if (out_open || err_open) {
+      pollfd pf[2] = {{out_r.get(), POLLIN, 0}, {err_r.get(), POLLIN, 0}};
+      ::poll(pf, 2, 20);
+    }
+  }
+
+  // Accounting, then make sure nothing is left in the cgroup and remove it.
+  r.cpu_ms = (static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+              static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3);
+  r.peak_memory_bytes = static_cast<uint64_t>(ru.ru_maxrss) * 1024;
+  if (cgroup) {
+    auto usage = cgroup->Usage();
+    if (usage.ok()) {
+      if (usage->has_cpu) r.cpu_ms = static_cast<double>(usage->cpu_usec) / 1e3;
+      if (usage->has_memory_peak) r.peak_memory_bytes = usage->memory_peak;
+      r.oom_kills = usage->oom_kills;
+    }
+    Status killed_rest = cgroup->KillAll();
+    if (!killed_rest.ok()) KILN_LOG_WARN("cgroup kill: {}", killed_rest.error().ToString());
+  }
+
+  if (options.collect_dir && workspace_fd) {
+    auto collected = CollectWorkspace(workspace_fd.get(), *options.collect_dir, CollectLimits{},
+                                      options.collect_only);
+    if (!collected.ok()) return std::move(collected).error();
+    r.files = std::move(collected->files);
+    for (const auto& s : collected->skipped) KILN_LOG_WARN("not collected: {}", s);
+  }
+  if (cgroup) {
+    Status removed = cgroup->Remove();
+    if (!removed.ok()) KILN_LOG_WARN("cgroup remove: {}", removed.error().ToString());
+  }
+
+  // --- The outcome: the first terminal cause wins.
+  r.duration_ms = program_sent ? Ms(t_sent, t_exit) : 0;
+  if (failure && !kill_reason) {
+    r.outcome = Outcome::kSetupError;
+    r.setup_error = SetupErrorInfo{static_cast<SetupStep>(failure->step), failure->err, failure_text};
+    r.reason = failure_text;
+  } else if (kill_reason) {
+    r.outcome = *kill_reason;
+    r.signal = SIGKILL;
+    if (*kill_reason == Outcome::kTimeout) {
+      r.reason = "wall-clock timeout of " + std::to_string(limits.wall_timeout_s) + " s";
+    } else if (*kill_reason == Outcome::kCpuLimit) {
+      r.reason = "cpu-time limit of " + std::to_string(limits.cpu_time_s) + " s";
+    } else if (*kill_reason == Outcome::kOutputLimit) {
+      r.reason = "output passed " + FormatSize(limits.output_bytes) + " on " +
+                 (r.stdout_truncated ? "stdout" : "stderr");
+    }
+  } else if (worker_status) {
+    const int ws = *worker_status;
+    if (WIFEXITED(ws)) {
+      r.exit_code = WEXITSTATUS(ws);
+      r.outcome = r.exit_code == 0 ? Outcome::kOk : Outcome::kError;
+      r.reason = r.exit_code == 0 ? "exited 0" : "exited " + std::to_string(r.exit_code);
+    } else if (WIFSIGNALED(ws)) {
+      r.signal = WTERMSIG(ws);
+      const bool cpu_spent = r.cpu_ms >= limits.cpu_time_s * 1e3;
+      if (r.signal == SIGSYS) {
+        r.outcome = Outcome::kPolicyViolation;
+        r.reason = "killed by seccomp (a forbidden system call ABI)";
+      } else if (r.signal == SIGKILL && r.oom_kills > 0) {
+        r.outcome = Outcome::kMemoryLimit;
+        r.reason = "out of memory: limit " + FormatSize(limits.memory_bytes);
+      } else if (r.signal == SIGXCPU || (r.signal == SIGKILL && cpu_spent)) {
+        r.outcome = Outcome::kCpuLimit;
+        r.reason = "cpu-time limit of " + std::to_string(limits.cpu_time_s) + " s (RLIMIT_CPU)";
+      } else {
+        r.outcome = Outcome::kSignaled;
+        r.reason = std::string("killed by signal ") + std::to_string(r.signal);
+      }
+    }
+  } else if (r.oom_kills > 0) {
+    r.outcome = Outcome::kMemoryLimit;
+    r.signal = SIGKILL;
+    r.reason = "out of memory: limit " + FormatSize(limits.memory_bytes);
+  } else {
+    r.outcome = Outcome::kSetupError;
+    std::string why = WIFSIGNALED(init_status)
+                          ? "killed by signal " + std::to_string(WTERMSIG(init_status))
+                          : "exited " + std::to_string(WEXITSTATUS(init_status));
+    r.setup_error = SetupErrorInfo{SetupStep::kNone, 0, "the sandbox's pid 1 " + why +
+                                                            " without reporting the program's status"};
+    r.reason = r.setup_error->message;
+  }
+
+  const auto t_end = Clock::now();
+  auto since = [](Clock::time_point a, Clock::time_point b) {
+    return a.time_since_epoch().count() && b.time_since_epoch().count() ? Ms(a, b) : 0.0;
+  };
+  r.phases.child_setup_ms = since(t_maps, t_workspace);
+  r.phases.exec_ms = since(t_workspace, t_worker);
+  r.phases.attach_ms = since(t_worker, t_attached);
+  r.phases.start_ms = since(t_worker, t_sent);
+  r.phases.run_ms = since(t_sent, t_exit);
+  r.phases.teardown_ms = Ms(t_exit, t_end);
+  return r;
+}
+
+Status EnsureFontCache(const HostContext& host) {
+  const fs::path dir = fs::path(host.cache_dir) / "matplotlib";
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    if (e.path().filename().string().rfind("fontlist-", 0) == 0) return OkStatus();
+  }
+  fs::create_directories(dir, ec);
+  if (ec) return ErrnoError("create font cache directory " + dir.string(), ec.value());
+  policy::PolicyBuilder b;
+  b.WallTimeout(120).Memory(1ULL << 30).CgroupRequirement(policy::Requirement::kBestEffort);
+  KILN_ASSIGN_OR_RETURN(policy::SandboxPolicy pol, b.Build());
+  Program prog{"<font-cache>", "import matplotlib.font_manager\n",
+               {{"MPLCONFIGDIR", std::string(isolation::kWorkspacePath) + "/mpl"}}};
+  const fs::path staging = fs::path(host.cache_dir) / ("matplotlib.tmp-" + std::to_string(::getpid()));
+  fs::remove_all(staging, ec);
+  Cleanup remove_staging([&] { fs::remove_all(staging, ec); });
+  RunOptions opts;
+  opts.collect_dir = staging.string();
+  opts.collect_only = {"mpl"};
+  KILN_ASSIGN_OR_RETURN(ExecutionResult res, RunSandboxed(host, pol, prog, opts));
+  if (res.outcome != Outcome::kOk) {
+    return Internal("building the matplotlib font cache failed (" + res.reason + "): " +
+                    res.stderr_data.substr(0, 2000));
+  }
+  bool found = false;
+  for (const auto& e : fs::directory_iterator(staging / "mpl", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("fontlist-", 0) != 0) continue;
+    fs::rename(e.path(), dir / name, ec);  // atomic: readers see all of it or nothing
+    if (ec) return ErrnoError("install font cache " + name, ec.value());
+    found = true;
+  }
+  if (!found) return Internal("matplotlib wrote no fontlist-*.json in the sandbox");
+  return OkStatus();
+}
+
+}  // namespace kiln::supervisor

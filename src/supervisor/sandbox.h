@@ -1,0 +1,46 @@
+// RunSandboxed: one program, one fresh sandbox, one ExecutionResult.
+//
+// Runs in the supervisor, which must be able to fork safely: the CLI is
+// single-threaded; a multithreaded caller (the server, later) uses the spawner
+// process that design.md section 2 describes. The sequence, and which side
+// runs each step, is docs/setup-sequence.md.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "policy/policy.h"
+#include "supervisor/execution_result.h"
+#include "supervisor/host.h"
+
+namespace kiln::supervisor {
+
+struct Program {
+  std::string filename;  // shown in tracebacks: "<string>", "<stdin>", "script.py"
+  std::string source;
+  // Extra environment for the interpreter (e.g. MPLCONFIGDIR for the font
+  // cache build); names are validated by the caller.
+  std::vector<std::pair<std::string, std::string>> env;
+};
+
+struct RunOptions {
+  std::optional<std::string> collect_dir;  // --collect
+  // Only these top-level workspace entries are collected (empty: all).
+  std::vector<std::string> collect_only;
+};
+
+// Errors (the call failed, nothing ran): kFailedPrecondition when the host
+// lacks a layer the policy requires (the message is doctor's reason),
+// kInternal/kResourceExhausted for supervisor-side failures. A sandbox whose
+// setup failed inside the child is a result with outcome kSetupError.
+Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::SandboxPolicy& policy,
+                                     const Program& program, const RunOptions& options);
+
+// The pre-built matplotlib font cache: builds it (once, in a sandbox) if the
+// cache directory has none. Failures are returned, and callers go on without
+// it (imports then rebuild it per run, slowly, which doctor reports).
+Status EnsureFontCache(const HostContext& host);
+
+}  // namespace kiln::supervisor

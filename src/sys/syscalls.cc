@@ -1,0 +1,111 @@
+#include "sys/syscalls.h"
+
+#include <linux/capability.h>
+#include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/mount.h>
+#include <linux/sched.h>
+#include <linux/seccomp.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace kiln::sys {
+
+pid_t Clone3(clone_args* args) {
+  return static_cast<pid_t>(syscall(SYS_clone3, args, sizeof(clone_args)));
+}
+
+int PidfdOpen(pid_t pid, unsigned flags) {
+  return static_cast<int>(syscall(SYS_pidfd_open, pid, flags));
+}
+
+int PidfdSendSignal(int pidfd, int sig) {
+  return static_cast<int>(syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
+}
+
+int PivotRoot(const char* new_root, const char* put_old) {
+  return static_cast<int>(syscall(SYS_pivot_root, new_root, put_old));
+}
+
+int CloseRange(unsigned first, unsigned last, unsigned flags) {
+  return static_cast<int>(syscall(SYS_close_range, first, last, flags));
+}
+
+int Openat2(int dirfd, const char* path, const open_how* how) {
+  long r;
+  do {
+    r = syscall(SYS_openat2, dirfd, path, how, sizeof(open_how));
+  } while (r < 0 && errno == EINTR);
+  return static_cast<int>(r);
+}
+
+int OpenTree(int dirfd, const char* path, unsigned flags) {
+  return static_cast<int>(syscall(SYS_open_tree, dirfd, path, flags));
+}
+
+int MoveMountFromFd(int from_fd, const char* to_path) {
+  return static_cast<int>(
+      syscall(SYS_move_mount, from_fd, "", AT_FDCWD, to_path, MOVE_MOUNT_F_EMPTY_PATH));
+}
+
+int LandlockAbiVersion() {
+  return static_cast<int>(
+      syscall(SYS_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION));
+}
+
+int LandlockCreateRuleset(const LandlockRulesetAttr* attr, size_t size, uint32_t flags) {
+  return static_cast<int>(syscall(SYS_landlock_create_ruleset, attr, size, flags));
+}
+
+int LandlockAddPathRule(int ruleset_fd, const LandlockPathBeneathAttr* attr) {
+  return static_cast<int>(
+      syscall(SYS_landlock_add_rule, ruleset_fd, LANDLOCK_RULE_PATH_BENEATH, attr, 0));
+}
+
+int LandlockRestrictSelf(int ruleset_fd, uint32_t flags) {
+  return static_cast<int>(syscall(SYS_landlock_restrict_self, ruleset_fd, flags));
+}
+
+int SeccompSetModeFilter(unsigned flags, const sock_fprog* prog) {
+  return static_cast<int>(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, prog));
+}
+
+int CapsetClearAll() {
+  __user_cap_header_struct header{};
+  header.version = _LINUX_CAPABILITY_VERSION_3;
+  header.pid = 0;
+  __user_cap_data_struct data[2] = {};
+  return static_cast<int>(syscall(SYS_capset, &header, data));
+}
+
+int WriteAll(int fd, const void* buf, size_t len) {
+  const char* p = static_cast<const char*>(buf);
+  while (len > 0) {
+    ssize_t n = ::write(fd, p, len);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+ssize_t ReadFull(int fd, void* buf, size_t len) {
+  char* p = static_cast<char*>(buf);
+  size_t got = 0;
+  while (got < len) {
+    ssize_t n = ::read(fd, p + got, len - got);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  return static_cast<ssize_t>(got);
+}
+
+}  // namespace kiln::sys

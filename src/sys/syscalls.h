@@ -1,0 +1,57 @@
+// The thin layer that makes raw system calls (P13): only src/sys/ may call
+// syscall(2) or reinterpret_cast kernel structures; ci/check-rules enforces it.
+//
+// Every function here is async-signal-safe and allocation-free, so both sides
+// of the fork may use them: they return the raw result (-1 with errno set on
+// failure) and retry on EINTR where the call may be interrupted. The supervisor
+// wraps failures into kiln::Error at its call sites.
+#pragma once
+
+#include <linux/openat2.h>
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "sys/kernel_defs.h"
+
+struct clone_args;
+struct sock_fprog;
+
+namespace kiln::sys {
+
+// clone3(2) without a new stack: behaves like fork() in the child (returns 0)
+// and returns the child's pid in the parent. The caller must be able to fork
+// safely (single-threaded, or the child restricts itself to async-signal-safe
+// calls). `args` is filled by the caller.
+pid_t Clone3(clone_args* args);
+
+int PidfdOpen(pid_t pid, unsigned flags);
+int PidfdSendSignal(int pidfd, int sig);
+int PivotRoot(const char* new_root, const char* put_old);
+int CloseRange(unsigned first, unsigned last, unsigned flags);
+int Openat2(int dirfd, const char* path, const open_how* how);
+// open_tree(2) (Linux 5.2) and move_mount(2): a detached copy of a mount tree
+// that can be attached elsewhere later, even after its source path is covered.
+int OpenTree(int dirfd, const char* path, unsigned flags);
+int MoveMountFromFd(int from_fd, const char* to_path);
+
+// Landlock. LandlockAbiVersion() returns the ABI the kernel reports, or -1
+// with errno (ENOSYS: not built; EOPNOTSUPP: disabled at boot).
+int LandlockAbiVersion();
+int LandlockCreateRuleset(const LandlockRulesetAttr* attr, size_t size, uint32_t flags);
+int LandlockAddPathRule(int ruleset_fd, const LandlockPathBeneathAttr* attr);
+int LandlockRestrictSelf(int ruleset_fd, uint32_t flags);
+
+// seccomp(SECCOMP_SET_MODE_FILTER, flags, prog).
+int SeccompSetModeFilter(unsigned flags, const sock_fprog* prog);
+
+// capset(2) with every set empty (version 3 header, both 32-bit words).
+int CapsetClearAll();
+
+// Write all of `len` bytes, retrying on EINTR and short writes. 0 or -1/errno.
+int WriteAll(int fd, const void* buf, size_t len);
+// Read exactly `len` bytes unless EOF comes first. Returns bytes read, or -1/errno.
+ssize_t ReadFull(int fd, void* buf, size_t len);
+
+}  // namespace kiln::sys

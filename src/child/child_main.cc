@@ -166,6 +166,12 @@ void RunChild(const ChildPlan& plan) {
   // 2. Until the supervisor has written our uid/gid maps we are "nobody" and
   //    cannot create a file; EOF here means the supervisor died.
   KILN_CHILD_STEP(SetupStep::kWaitParent, WaitForMaps());
+  //    pid 1 never execs, so its memory is a copy of the supervisor's (its
+  //    environment included): nothing in the sandbox may read it through
+  //    /proc/1/{environ,mem}. Not before the maps exist: a non-dumpable
+  //    child's /proc files belong to root, and an unprivileged supervisor
+  //    could not write the maps. (The worker's execve makes it dumpable.)
+  KILN_CHILD_STEP(SetupStep::kWaitParent, ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0));
   // 3. Detach copies of the bind sources that may sit anywhere on the host
   //    (kiln's runtime directory), while we still have the supervisor's host
   //    identity and can reach them.

@@ -40,8 +40,18 @@ int DoDoctor(const DoctorFlags& f) {
       cg.detail += "; falls back to rlimits (RLIMIT_DATA, RLIMIT_NPROC, RLIMIT_CPU)";
       if (::geteuid() != 0) cg.state = LayerState::kDegraded;
     } else {
-      cg.state = LayerState::kAvailable;
-      cg.detail = std::string(isolation::ToString(m.mode())) + " (" + ctrls + "): " + m.reason();
+      // Really create one: detection says what is mounted, not what we may use.
+      auto probe = host->cgroups->Create("doctor-probe-" + std::to_string(::getpid()),
+                                         {64ULL << 20, 16, 0.5});
+      if (probe.ok()) {
+        cg.state = LayerState::kAvailable;
+        cg.detail = std::string(isolation::ToString(m.mode())) + " (" + ctrls + "): " + m.reason();
+        (void)(*probe)->Remove();
+      } else {
+        cg.state = ::geteuid() == 0 ? LayerState::kMissing : LayerState::kDegraded;
+        cg.detail = "cannot create a sandbox cgroup: " + probe.error().ToString() +
+                    "; falls back to rlimits (RLIMIT_DATA, RLIMIT_NPROC, RLIMIT_CPU)";
+      }
     }
     rt.state = LayerState::kAvailable;
     rt.detail = host->runtime_dir;
@@ -87,12 +97,18 @@ int DoDoctor(const DoctorFlags& f) {
   layers.push_back(smoke);
 
   bool verdict = true;
+  std::string missing, degraded;
   for (const auto& l : layers) {
-    if (l.required && l.state == LayerState::kMissing) verdict = false;
+    if (l.required && l.state == LayerState::kMissing) {
+      verdict = false;
+      missing += (missing.empty() ? "" : ", ") + l.name;
+    }
+    if (l.state == LayerState::kDegraded) degraded += (degraded.empty() ? "" : ", ") + l.name;
   }
-  const std::string verdict_text =
+  std::string verdict_text =
       verdict ? "kiln will run here in its strict default"
-              : "kiln will NOT run here in its strict default: a required layer is missing";
+              : "kiln will NOT run here in its strict default; missing: " + missing;
+  if (verdict && !degraded.empty()) verdict_text += ", with degraded layers: " + degraded;
   if (f.json) {
     nlohmann::json j;
     j["layers"] = nlohmann::json::array();

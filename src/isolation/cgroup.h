@@ -57,10 +57,10 @@ struct CgroupLimits {
 
 struct CgroupUsage {
   bool has_cpu = false;
-  uint64_t cpu_usec = 0;      // user + system of every process that ran in it
+  uint64_t cpu_usec = 0;  // user + system of every process that ran in it
   bool has_memory_peak = false;
-  uint64_t memory_peak = 0;   // bytes; v2 memory.peak (5.19+), v1 max_usage_in_bytes
-  uint64_t oom_kills = 0;     // v2 memory.events oom_kill, v1 memory.oom_control oom_kill
+  uint64_t memory_peak = 0;  // bytes; v2 memory.peak (5.19+), v1 max_usage_in_bytes
+  uint64_t oom_kills = 0;    // v2 memory.events oom_kill, v1 memory.oom_control oom_kill
 };
 
 // One sandbox's cgroup: a directory in each hierarchy (one for v2, one per
@@ -168,7 +168,7 @@ class CgroupManager {
   std::vector<std::pair<std::string, std::string>> v1_parents_;  // controller -> absolute dir
   std::shared_ptr<CgroupFs> fs_;
   std::mutex parent_mu_;
-  bool parent_ready_ = false;  // guarded by parent_mu_
+  bool parent_ready_ = false;      // guarded by parent_mu_
   bool swap_note_logged_ = false;  // guarded by parent_mu_
 };
 

@@ -1,6 +1,12 @@
 #include "supervisor/host.h"
 
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include <cstdlib>
 #include <filesystem>
@@ -47,6 +53,50 @@ std::string DefaultCacheDir() {
   return "/tmp/kiln-cache-" + std::to_string(::geteuid());
 }
 
+namespace {
+
+// Our own cgroup.procs in the v1 pids hierarchy (any v1 hierarchy takes the
+// same global rwsem).
+std::string OwnV1Procs() {
+  std::ifstream mi("/proc/self/mountinfo"), pc("/proc/self/cgroup");
+  std::stringstream a, b;
+  a << mi.rdbuf();
+  b << pc.rdbuf();
+  std::string own;
+  for (const auto& [ctrl, path] : isolation::ParseProcCgroup(b.str())) {
+    if (ctrl.find("pids") != std::string::npos) own = path;
+  }
+  if (own.empty()) return "";
+  for (const auto& m : isolation::ParseCgroupMounts(a.str())) {
+    for (const auto& c : m.controllers) {
+      if (!m.v2 && c == "pids") return m.mount_point + (own == "/" ? "" : own) + "/cgroup.procs";
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+pid_t StartCgroupWarmUp(const HostContext& host) {
+  const std::string& procs = host.warm_up_procs;
+  if (procs.empty()) return 0;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      char buf[16];
+      const int n = std::snprintf(buf, sizeof buf, "%d", static_cast<int>(::getpid()));
+      (void)!::write(fd, buf, static_cast<size_t>(n));
+    }
+    ::_exit(0);
+  }
+  return pid > 0 ? pid : 0;
+}
+
+void FinishCgroupWarmUp(pid_t helper) {
+  if (helper > 0) ::waitpid(helper, nullptr, 0);
+}
+
 Result<HostContext> LoadHostContext() {
   HostContext ctx;
   KILN_ASSIGN_OR_RETURN(ctx.runtime_dir, FindRuntimeDir());
@@ -60,6 +110,7 @@ Result<HostContext> LoadHostContext() {
   KILN_ASSIGN_OR_RETURN(ctx.seccomp, isolation::CompileSeccompFilter(isolation::SeccompOptions{}));
   ctx.last_cap = isolation::ReadLastCap();
   ctx.cache_dir = DefaultCacheDir();
+  if (ctx.cgroups->mode() == isolation::CgroupMode::kV1) ctx.warm_up_procs = OwnV1Procs();
   ctx.slot_lock_dir = ::geteuid() == 0 ? "/run/kiln-uid-slots" : "";
   return ctx;
 }

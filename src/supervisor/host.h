@@ -3,6 +3,8 @@
 // compiled seccomp filter, where the runtime and the font cache live).
 #pragma once
 
+#include <sys/types.h>
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,11 +26,24 @@ struct HostContext {
   std::string runtime_dir;   // host directory holding kiln_runtime/
   std::string cache_dir;     // font cache etc.
   std::string slot_lock_dir; // uid slot locks (root mode)
+  // cgroup v1: cgroup.procs of our own cgroup in one hierarchy, for the
+  // attach warm-up (StartCgroupWarmUp). Empty otherwise.
+  std::string warm_up_procs;
 };
 
 // Builds the context. Fails only when a piece kiln cannot work without is
 // missing (the runtime directory, a seccomp filter).
 Result<HostContext> LoadHostContext();
+
+// cgroup v1 only: the first attach after a quiet period waits for an RCU grace
+// period (cgroup_threadgroup_rwsem), 5-20 ms; one within ~50 ms of another is
+// fast. This forks a helper that re-attaches itself to its own cgroup, so the
+// slow wait overlaps the sandbox's setup and the worker's attach is fast.
+// Call it after creating the sandbox's cgroup: the waiting attach holds
+// cgroup_mutex, which mkdir needs too. Returns the helper's pid to reap with
+// FinishCgroupWarmUp (0: nothing started). Single-threaded callers only.
+pid_t StartCgroupWarmUp(const HostContext& host);
+void FinishCgroupWarmUp(pid_t helper);
 
 // The runtime directory: $KILN_RUNTIME_DIR, else next to the binary
 // (<exe>/../runtime for a build tree, <exe>/../share/kiln/runtime installed).

@@ -42,6 +42,12 @@ constexpr auto kCpuPollInterval = std::chrono::milliseconds(50);
 constexpr auto kDrainTimeout = std::chrono::seconds(2);
 constexpr uint64_t kMaxProgramBytes = 64ULL << 20;
 
+std::string FormatSeconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", s);
+  return buf;
+}
+
 double Ms(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
@@ -201,6 +207,14 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
     return InvalidArgument("program: larger than " + FormatSize(kMaxProgramBytes));
   }
 
+  // v1: begin the slow first cgroup attach now, so its RCU grace period
+  // overlaps planning, clone and the child's setup (host.h).
+  const pid_t warm_up = host.cgroups && host.cgroups->mode() == isolation::CgroupMode::kV1 &&
+                                policy.cgroup() == policy::Requirement::kRequired
+                            ? StartCgroupWarmUp(host)
+                            : 0;
+  Cleanup reap_warm_up([warm_up] { FinishCgroupWarmUp(warm_up); });
+
   // --- Plan: everything the child needs, before clone (P4).
   std::vector<UniqueFd> keep_fds;
   isolation::MountLayout layout;
@@ -305,9 +319,6 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
   plan.new_root = mounts.new_root();
   plan.hostname = policy.hostname().c_str();
   plan.last_cap = host.last_cap;
-  plan.rlimits = isolation::BuildRlimitPlan({limits.open_files, limits.workspace_bytes,
-                                             limits.cpu_time_s, !have_cgroup, limits.memory_bytes,
-                                             limits.pids});
   if (host.landlock) plan.landlock = *host.landlock;
   plan.seccomp = host.seccomp.data();
   plan.seccomp_length = host.seccomp.size();
@@ -318,18 +329,39 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
   const auto t_planned = Clock::now();
   r.phases.plan_ms = Ms(t_start, t_planned);
 
-  // --- cgroup, before clone: v2 starts the child inside it.
+  // --- cgroup. v2: before clone, which starts the child inside it. v1 (when
+  // required): after clone, while the child builds its root; the worker is
+  // attached later (ADR 0004). Best effort: a cgroup we may not create means
+  // the rlimit fallback, said out loud.
   std::unique_ptr<isolation::Cgroup> cgroup;
-  if (have_cgroup) {
+  const bool required = policy.cgroup() == policy::Requirement::kRequired;
+  const bool create_after_clone =
+      have_cgroup && required && host.cgroups->mode() == isolation::CgroupMode::kV1;
+  bool use_cgroup = have_cgroup;
+  auto create_cgroup = [&]() -> Status {
     KILN_ASSIGN_OR_RETURN(cgroup, host.cgroups->Create(
                                       UniqueCgroupName(),
                                       {limits.memory_bytes, limits.pids, limits.cpus}));
-    r.limits_backend = std::string("cgroup ") + std::string(isolation::ToString(host.cgroups->mode()));
-  } else {
-    r.limits_backend = "rlimits";
+    return OkStatus();
+  };
+  if (have_cgroup && !create_after_clone) {
+    Status created = create_cgroup();
+    if (!created.ok()) {
+      if (required) return std::move(created).error();
+      use_cgroup = false;
+      KILN_LOG_WARN("cannot create a cgroup here ({}); using rlimits (RLIMIT_DATA, RLIMIT_NPROC)",
+                    created.error().ToString());
+    }
+  } else if (!have_cgroup) {
     KILN_LOG_WARN("no cgroup limits on this host ({}); using rlimits (RLIMIT_DATA, RLIMIT_NPROC)",
                   host.cgroups ? host.cgroups->reason() : "not detected");
   }
+  r.limits_backend = use_cgroup ? std::string("cgroup ") +
+                                      std::string(isolation::ToString(host.cgroups->mode()))
+                                : "rlimits";
+  plan.rlimits = isolation::BuildRlimitPlan({limits.open_files, limits.workspace_bytes,
+                                             limits.cpu_time_s, !use_cgroup, limits.memory_bytes,
+                                             limits.pids});
   const auto t_cgroup = Clock::now();
   r.phases.cgroup_ms = Ms(t_planned, t_cgroup);
 
@@ -338,7 +370,7 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
   clone_args args{};
   args.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
                CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD;
-  args.pidfd = reinterpret_cast<uint64_t>(&pidfd);  // NOLINT: the kernel ABI is a u64 address
+  args.pidfd = sys::PointerToU64(&pidfd);
   args.exit_signal = SIGCHLD;
   if (cgroup && cgroup->clone_into_fd() >= 0) {
     args.flags |= CLONE_INTO_CGROUP;
@@ -380,6 +412,11 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
   }
   const auto t_maps = Clock::now();
   r.phases.maps_ms = Ms(t_cloned, t_maps);
+  if (create_after_clone) {
+    const auto t0 = Clock::now();
+    KILN_TRY(create_cgroup());
+    r.phases.cgroup_ms = Ms(t0, Clock::now());
+  }
 
   // --- Event loop: setup records, capture, program delivery, limits.
   const std::string payload = "KILN0 " + program.filename + "\n" + program.source;
@@ -618,9 +655,9 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
     r.outcome = *kill_reason;
     r.signal = SIGKILL;
     if (*kill_reason == Outcome::kTimeout) {
-      r.reason = "wall-clock timeout of " + std::to_string(limits.wall_timeout_s) + " s";
+      r.reason = "wall-clock timeout of " + FormatSeconds(limits.wall_timeout_s);
     } else if (*kill_reason == Outcome::kCpuLimit) {
-      r.reason = "cpu-time limit of " + std::to_string(limits.cpu_time_s) + " s";
+      r.reason = "cpu-time limit of " + FormatSeconds(limits.cpu_time_s);
     } else if (*kill_reason == Outcome::kOutputLimit) {
       r.reason = "output passed " + FormatSize(limits.output_bytes) + " on " +
                  (r.stdout_truncated ? "stdout" : "stderr");
@@ -642,7 +679,7 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
         r.reason = "out of memory: limit " + FormatSize(limits.memory_bytes);
       } else if (r.signal == SIGXCPU || (r.signal == SIGKILL && cpu_spent)) {
         r.outcome = Outcome::kCpuLimit;
-        r.reason = "cpu-time limit of " + std::to_string(limits.cpu_time_s) + " s (RLIMIT_CPU)";
+        r.reason = "cpu-time limit of " + FormatSeconds(limits.cpu_time_s) + " (RLIMIT_CPU)";
       } else {
         r.outcome = Outcome::kSignaled;
         r.reason = std::string("killed by signal ") + std::to_string(r.signal);

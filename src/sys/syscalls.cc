@@ -16,6 +16,8 @@ pid_t Clone3(clone_args* args) {
   return static_cast<pid_t>(syscall(SYS_clone3, args, sizeof(clone_args)));
 }
 
+uint64_t PointerToU64(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
 int PidfdOpen(pid_t pid, unsigned flags) {
   return static_cast<int>(syscall(SYS_pidfd_open, pid, flags));
 }

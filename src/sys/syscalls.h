@@ -25,6 +25,8 @@ namespace kiln::sys {
 // safely (single-threaded, or the child restricts itself to async-signal-safe
 // calls). `args` is filled by the caller.
 pid_t Clone3(clone_args* args);
+// The u64 form of a pointer that clone_args and similar kernel ABIs take.
+uint64_t PointerToU64(const void* p);
 
 int PidfdOpen(pid_t pid, unsigned flags);
 int PidfdSendSignal(int pidfd, int sig);

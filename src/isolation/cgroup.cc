@@ -1,0 +1,1007 @@
+#include "isolation/cgroup.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "base/cleanup.h"
+#include "base/log.h"
+
+namespace kiln::isolation {
+namespace {
+
+// cpu.max / cpu.cfs_period_us. 100 ms is the kernel default: quotas stay
+// comparable between v1 and v2 and with what operators see elsewhere.
+constexpr uint64_t kCpuPeriodUsec = 100000;
+// The kernel rejects quotas below 1 ms (kernel/sched/core.c, min_cfs_quota_period).
+constexpr uint64_t kMinCpuQuotaUsec = 1000;
+constexpr double kMaxCpus = 1 << 20;
+constexpr std::string_view kEnableV2Controllers = "+memory +pids +cpu";
+constexpr size_t kMaxReadBytes = 4 << 20;
+constexpr auto kRemoveRetryFor = std::chrono::milliseconds(200);
+constexpr auto kRemoveRetryStep = std::chrono::milliseconds(5);
+// A frozen cgroup cannot fork, but a fork already past cgroup_can_fork when we
+// froze lands after our read of cgroup.procs: re-read a few times.
+constexpr int kKillRounds = 4;
+
+const std::vector<std::string>& LimitControllers() {
+  static const std::vector<std::string> kList = {"memory", "pids", "cpu"};
+  return kList;
+}
+
+// Every v1 controller the kernel knows (cgroup_subsys.h); anything else in the
+// super options of a "cgroup" mount (rw, name=systemd, xattr, release_agent=,
+// clone_children, cpuset_v2_mode, noprefix, none) is not a controller.
+bool IsV1Controller(std::string_view opt) {
+  static constexpr std::string_view kKnown[] = {
+      "cpuset",  "cpu",        "cpuacct",  "io",      "blkio", "memory", "devices", "freezer",
+      "net_cls", "perf_event", "net_prio", "hugetlb", "pids",  "rdma",   "misc"};
+  return std::find(std::begin(kKnown), std::end(kKnown), opt) != std::end(kKnown);
+}
+
+std::vector<std::string_view> Split(std::string_view text, char sep) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(sep, start);
+    if (end == std::string_view::npos) end = text.size();
+    if (end > start) out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\n')) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\n')) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+std::optional<uint64_t> ParseU64(std::string_view s) {
+  s = Trim(s);
+  uint64_t v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+// "key value" lines (cpu.stat, memory.events, memory.oom_control).
+std::optional<uint64_t> FindKeyedValue(std::string_view text, std::string_view key) {
+  for (std::string_view line : Split(text, '\n')) {
+    size_t space = line.find(' ');
+    if (space == std::string_view::npos || line.substr(0, space) != key) continue;
+    return ParseU64(line.substr(space + 1));
+  }
+  return std::nullopt;
+}
+
+// Joins with exactly one '/' between the parts; an empty or "/" tail is a no-op.
+std::string JoinPath(std::string_view a, std::string_view b) {
+  while (!b.empty() && b.front() == '/') b.remove_prefix(1);
+  while (!b.empty() && b.back() == '/') b.remove_suffix(1);
+  std::string out(a);
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  if (b.empty()) return out;
+  if (out.empty() || out.back() != '/') out += '/';
+  out += b;
+  return out;
+}
+
+std::string DirName(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string Unescape(std::string_view s) {
+  // mountinfo escapes space, tab, newline and backslash as \ooo (fs/proc_namespace.c).
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size()) {
+      auto is_oct = [](char c) { return c >= '0' && c <= '7'; };
+      if (is_oct(s[i + 1]) && is_oct(s[i + 2]) && is_oct(s[i + 3])) {
+        out += static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0'));
+        i += 3;
+        continue;
+      }
+    }
+    out += s[i];
+  }
+  return out;
+}
+
+std::string JoinNames(const std::vector<std::string>& names, std::string_view sep) {
+  std::string out;
+  for (const auto& n : names) {
+    if (!out.empty()) out += sep;
+    out += n;
+  }
+  return out;
+}
+
+// Controller names in cgroup.controllers / cgroup.subtree_control ("cpu memory
+// pids"); a leading '+' is dropped so a fake tree may store what was written.
+std::set<std::string> ControllerSet(std::string_view text) {
+  std::set<std::string> out;
+  for (std::string_view tok : Split(text, ' ')) {
+    for (std::string_view t : Split(tok, '\n')) {
+      if (!t.empty() && t.front() == '+') t.remove_prefix(1);
+      if (!t.empty()) out.emplace(t);
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> Missing(const std::set<std::string>& have) {
+  std::vector<std::string> out;
+  for (const auto& c : LimitControllers()) {
+    if (have.count(c) == 0) out.push_back(c);
+  }
+  return out;
+}
+
+// Maps a cgroup path from /proc/self/cgroup to a directory under `m`, or
+// nullopt when the path is outside the subtree mounted there.
+std::optional<std::string> MapCgroupPath(const MountinfoCgroup& m, std::string_view path) {
+  std::string_view root = m.root;
+  while (root.size() > 1 && root.back() == '/') root.remove_suffix(1);
+  if (root == "/") return JoinPath(m.mount_point, path);
+  if (path.substr(0, root.size()) != root ||
+      (path.size() > root.size() && path[root.size()] != '/')) {
+    return std::nullopt;
+  }
+  return JoinPath(m.mount_point, path.substr(root.size()));
+}
+
+// An explicit parent is a path in the hierarchy, like those in /proc/self/cgroup.
+std::string MapParent(const MountinfoCgroup& m, const std::string& parent) {
+  auto mapped = MapCgroupPath(m, parent);
+  return mapped ? *mapped : JoinPath(m.mount_point, parent);
+}
+
+Error WithStep(Error e, SetupStep step) {
+  if (e.step == SetupStep::kNone) e.step = step;
+  return e;
+}
+
+Status Tag(Status s, SetupStep step) {
+  if (s.ok()) return s;
+  return WithStep(std::move(s).error(), step);
+}
+
+Status WriteControl(CgroupFs& fs, const std::string& dir, std::string_view file,
+                    std::string_view value, SetupStep step = SetupStep::kCgroupCreate) {
+  return Tag(fs.WriteFile(JoinPath(dir, file), value), step);
+}
+
+// Creates `dir` and any missing ancestors (the parents made on demand). EEXIST
+// is fine: another kiln may be creating the same parent concurrently.
+Status MakeDirs(CgroupFs& fs, const std::string& dir) {
+  std::vector<std::string> missing;
+  for (std::string d = dir; d.size() > 1 && !fs.Exists(d); d = DirName(d)) missing.push_back(d);
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    Status s = fs.MakeDir(*it);
+    if (!s.ok() && s.error().sys_errno != EEXIST)
+      return Tag(std::move(s), SetupStep::kCgroupCreate);
+  }
+  return OkStatus();
+}
+
+std::vector<pid_t> ParsePids(std::string_view text) {
+  std::vector<pid_t> out;
+  for (std::string_view line : Split(text, '\n')) {
+    auto v = ParseU64(line);
+    if (v && *v > 0 && *v <= static_cast<uint64_t>(INT32_MAX))
+      out.push_back(static_cast<pid_t>(*v));
+  }
+  return out;
+}
+
+// SIGKILLs every pid listed in `procs_file` until a re-read shows none we have
+// not signalled. The pids are in our pid namespace (we read the file), and the
+// caller has frozen the cgroup where it can, so a listed pid cannot exit and be
+// reused before the kill.
+Status KillListed(CgroupFs& fs, const std::string& procs_file) {
+  std::set<pid_t> signalled;
+  Status first_error;
+  for (int round = 0; round < kKillRounds; ++round) {
+    auto text = fs.ReadFile(procs_file);
+    if (!text.ok()) {
+      if (text.error().sys_errno == ENOENT) return OkStatus();  // already removed
+      return std::move(text).error();
+    }
+    bool any_new = false;
+    for (pid_t pid : ParsePids(*text)) {
+      if (!signalled.insert(pid).second) continue;
+      any_new = true;
+      if (::kill(pid, SIGKILL) != 0 && errno != ESRCH && first_error.ok()) {
+        first_error =
+            ErrnoError("kill(" + std::to_string(pid) + ", SIGKILL) listed in " + procs_file);
+      }
+    }
+    if (!any_new) break;
+  }
+  return first_error;
+}
+
+// rmdir, retrying on EBUSY: a killed task leaves the cgroup only once it has
+// finished exiting (cgroup_exit), which can lag the SIGKILL by milliseconds.
+Status RemoveDirRetrying(CgroupFs& fs, const std::string& dir) {
+  auto deadline = std::chrono::steady_clock::now() + kRemoveRetryFor;
+  for (;;) {
+    Status s = fs.RemoveDir(dir);
+    if (s.ok()) return s;
+    int err = s.error().sys_errno;
+    if (err == ENOENT) return OkStatus();
+    if (err != EBUSY || std::chrono::steady_clock::now() >= deadline) return s;
+    std::this_thread::sleep_for(kRemoveRetryStep);
+  }
+}
+
+Status ValidateName(std::string_view name) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string_view::npos ||
+      name.find('\0') != std::string_view::npos) {
+    return InvalidArgument("cgroup name \"" + std::string(name) + "\" is not one path component");
+  }
+  return OkStatus();
+}
+
+Result<uint64_t> CpuQuotaUsec(double cpus) {
+  if (!(cpus > 0) || cpus > kMaxCpus) {
+    return InvalidArgument("cgroup cpu limit " + std::to_string(cpus) + " is out of range");
+  }
+  auto quota = static_cast<uint64_t>(std::llround(cpus * static_cast<double>(kCpuPeriodUsec)));
+  if (quota < kMinCpuQuotaUsec) {
+    return InvalidArgument("cgroup cpu limit " + std::to_string(cpus) +
+                           " is below the kernel's 1 ms quota (minimum 0.01 cpus)");
+  }
+  return quota;
+}
+
+// ---------------------------------------------------------------------------
+
+class CgroupV2 final : public Cgroup {
+ public:
+  CgroupV2(std::shared_ptr<CgroupFs> fs, std::string dir)
+      : fs_(std::move(fs)), dir_(std::move(dir)) {}
+  ~CgroupV2() override {
+    if (removed_) return;
+    // Destruction must not fail: whatever is left is logged for the operator.
+    if (Status s = KillAll(); !s.ok())
+      KILN_LOG_WARN("cgroup {}: kill: {}", Describe(), s.error().ToString());
+    if (Status s = Remove(); !s.ok())
+      KILN_LOG_WARN("cgroup {}: remove: {}", Describe(), s.error().ToString());
+  }
+
+  void set_dir_fd(UniqueFd fd) { dir_fd_ = std::move(fd); }
+  const std::string& dir() const { return dir_; }
+
+  int clone_into_fd() const override { return dir_fd_.get(); }
+
+  Status Attach(pid_t pid) override {
+    if (removed_) return FailedPrecondition("cgroup " + dir_ + " was removed");
+    return WriteControl(*fs_, dir_, "cgroup.procs", std::to_string(pid), SetupStep::kCgroupAttach);
+  }
+
+  Result<CgroupUsage> Usage() override {
+    if (removed_) return FailedPrecondition("cgroup " + dir_ + " was removed");
+    CgroupUsage u;
+    KILN_ASSIGN_OR_RETURN(std::string cpu_stat, fs_->ReadFile(JoinPath(dir_, "cpu.stat")));
+    if (auto v = FindKeyedValue(cpu_stat, "usage_usec")) {
+      u.has_cpu = true;
+      u.cpu_usec = *v;
+    }
+    // memory.peak appeared in 5.19; older kernels have no v2 high-water mark.
+    std::string peak_path = JoinPath(dir_, "memory.peak");
+    if (fs_->Exists(peak_path)) {
+      KILN_ASSIGN_OR_RETURN(std::string peak, fs_->ReadFile(peak_path));
+      if (auto v = ParseU64(peak)) {
+        u.has_memory_peak = true;
+        u.memory_peak = *v;
+      }
+    }
+    std::string events_path = JoinPath(dir_, "memory.events");
+    if (fs_->Exists(events_path)) {
+      KILN_ASSIGN_OR_RETURN(std::string events, fs_->ReadFile(events_path));
+      u.oom_kills = FindKeyedValue(events, "oom_kill").value_or(0);
+    }
+    return u;
+  }
+
+  Status KillAll() override {
+    if (removed_) return OkStatus();
+    // cgroup.kill (5.14) kills every task atomically, forks in flight included.
+    std::string kill_path = JoinPath(dir_, "cgroup.kill");
+    if (fs_->Exists(kill_path)) return fs_->WriteFile(kill_path, "1");
+    std::string freeze_path = JoinPath(dir_, "cgroup.freeze");
+    bool frozen = fs_->Exists(freeze_path) && fs_->WriteFile(freeze_path, "1").ok();
+    // Thawing is required: SIGKILL wakes v2-frozen tasks, but the cgroup would
+    // stay frozen for nothing and a later reuse of the name would inherit it.
+    Cleanup thaw([&] {
+      if (frozen) (void)fs_->WriteFile(freeze_path, "0");
+    });
+    return KillListed(*fs_, JoinPath(dir_, "cgroup.procs"));
+  }
+
+  Status Remove() override {
+    if (removed_) return OkStatus();
+    dir_fd_.Reset();
+    KILN_TRY(RemoveDirRetrying(*fs_, dir_));
+    removed_ = true;
+    return OkStatus();
+  }
+
+  std::string Describe() const override { return "v2:" + dir_ + " (memory,pids,cpu)"; }
+
+ private:
+  std::shared_ptr<CgroupFs> fs_;
+  std::string dir_;
+  UniqueFd dir_fd_;
+  bool removed_ = false;
+};
+
+// One directory per v1 hierarchy; co-mounted controllers (cpu,cpuacct) share one.
+struct V1Dir {
+  std::string path;
+  std::vector<std::string> controllers;
+};
+
+class CgroupV1 final : public Cgroup {
+ public:
+  explicit CgroupV1(std::shared_ptr<CgroupFs> fs) : fs_(std::move(fs)) {}
+  ~CgroupV1() override {
+    if (dirs_.empty()) return;
+    if (Status s = KillAll(); !s.ok())
+      KILN_LOG_WARN("cgroup {}: kill: {}", Describe(), s.error().ToString());
+    if (Status s = Remove(); !s.ok())
+      KILN_LOG_WARN("cgroup {}: remove: {}", Describe(), s.error().ToString());
+  }
+
+  // Records a directory once it exists, so a failure later removes it.
+  void AddDir(V1Dir dir) { dirs_.push_back(std::move(dir)); }
+
+  // Directory of `controller`, or nullptr if it is not used.
+  const std::string* DirOf(std::string_view controller) const {
+    for (const auto& d : dirs_) {
+      if (std::find(d.controllers.begin(), d.controllers.end(), controller) !=
+          d.controllers.end()) {
+        return &d.path;
+      }
+    }
+    return nullptr;
+  }
+
+  int clone_into_fd() const override { return -1; }
+
+  Status Attach(pid_t pid) override {
+    if (dirs_.empty()) return FailedPrecondition("cgroup was removed");
+    std::string text = std::to_string(pid);
+    for (const auto& d : dirs_) {
+      KILN_TRY(WriteControl(*fs_, d.path, "cgroup.procs", text, SetupStep::kCgroupAttach));
+    }
+    return OkStatus();
+  }
+
+  Result<CgroupUsage> Usage() override {
+    if (dirs_.empty()) return FailedPrecondition("cgroup was removed");
+    CgroupUsage u;
+    if (const std::string* dir = DirOf("cpuacct")) {
+      KILN_ASSIGN_OR_RETURN(std::string ns, fs_->ReadFile(JoinPath(*dir, "cpuacct.usage")));
+      if (auto v = ParseU64(ns)) {
+        u.has_cpu = true;
+        u.cpu_usec = *v / 1000;
+      }
+    }
+    if (const std::string* dir = DirOf("memory")) {
+      KILN_ASSIGN_OR_RETURN(std::string peak,
+                            fs_->ReadFile(JoinPath(*dir, "memory.max_usage_in_bytes")));
+      if (auto v = ParseU64(peak)) {
+        u.has_memory_peak = true;
+        u.memory_peak = *v;
+      }
+      // The "oom_kill N" line is 4.13+; older kernels only say under_oom.
+      KILN_ASSIGN_OR_RETURN(std::string oom, fs_->ReadFile(JoinPath(*dir, "memory.oom_control")));
+      u.oom_kills = FindKeyedValue(oom, "oom_kill").value_or(0);
+    }
+    return u;
+  }
+
+  Status KillAll() override {
+    if (dirs_.empty()) return OkStatus();
+    // v1 has no cgroup.kill. Freezing first stops fork races; frozen v1 tasks
+    // only act on the SIGKILL once thawed, hence the thaw on every path.
+    const std::string* freezer = DirOf("freezer");
+    bool frozen = freezer != nullptr &&
+                  WriteControl(*fs_, *freezer, "freezer.state", "FROZEN", SetupStep::kNone).ok();
+    Cleanup thaw([&] {
+      if (frozen) (void)fs_->WriteFile(JoinPath(*freezer, "freezer.state"), "THAWED");
+    });
+    // Every hierarchy lists the same processes once Attach has run; a partial
+    // Attach leaves a process in the first hierarchies, so read them all.
+    Status first_error;
+    for (const auto& d : dirs_) {
+      Status s = KillListed(*fs_, JoinPath(d.path, "cgroup.procs"));
+      if (!s.ok() && first_error.ok()) first_error = std::move(s);
+    }
+    return first_error;
+  }
+
+  Status Remove() override {
+    // Reverse order of creation; stop at the first failure so that a retry
+    // (the destructor's) still knows what is left.
+    if (!dirs_.empty() && removed_description_.empty()) removed_description_ = Describe();
+    while (!dirs_.empty()) {
+      KILN_TRY(RemoveDirRetrying(*fs_, dirs_.back().path));
+      dirs_.pop_back();
+    }
+    return OkStatus();
+  }
+
+  std::string Describe() const override {
+    if (dirs_.empty()) return removed_description_.empty() ? "v1:(none)" : removed_description_;
+    // The memory directory names the cgroup; the others are the same name in
+    // their hierarchies.
+    const V1Dir* main = &dirs_.front();
+    for (const auto& d : dirs_) {
+      if (std::find(d.controllers.begin(), d.controllers.end(), "memory") != d.controllers.end())
+        main = &d;
+    }
+    std::vector<std::string> others;
+    for (const auto& d : dirs_) {
+      for (const auto& c : d.controllers) {
+        if (c != "memory") others.push_back(c);
+      }
+    }
+    std::string out = "v1:" + main->path;
+    if (!others.empty()) out += " (+" + JoinNames(others, ",") + ")";
+    return out;
+  }
+
+ private:
+  std::shared_ptr<CgroupFs> fs_;
+  std::vector<V1Dir> dirs_;
+  std::string removed_description_;
+};
+
+// ---------------------------------------------------------------------------
+// Detection
+
+struct Probe {
+  bool usable = false;
+  std::string why;  // one clause, no trailing punctuation
+};
+
+const std::string* OwnPath(const std::vector<std::pair<std::string, std::string>>& paths,
+                           std::string_view controller) {
+  for (const auto& [c, p] : paths) {
+    if (c == controller) return &p;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string_view ToString(CgroupMode mode) {
+  switch (mode) {
+    case CgroupMode::kNone:
+      return "none";
+    case CgroupMode::kV1:
+      return "v1";
+    case CgroupMode::kV2:
+      return "v2";
+  }
+  return "none";
+}
+
+// --- CgroupFs: the real file operations -------------------------------------
+
+Status CgroupFs::MakeDir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0755) != 0) return ErrnoError("mkdir " + path);
+  return OkStatus();
+}
+
+Status CgroupFs::RemoveDir(const std::string& path) {
+  if (::rmdir(path.c_str()) != 0) return ErrnoError("rmdir " + path);
+  return OkStatus();
+}
+
+Status CgroupFs::WriteFile(const std::string& path, std::string_view content) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd) return ErrnoError("open " + path + " for writing");
+  // One write(2): cgroupfs parses each write as a whole command, so a short
+  // write would be a different value, not a partial one.
+  ssize_t n;
+  do {
+    n = ::write(fd.get(), content.data(), content.size());
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return ErrnoError("write \"" + std::string(content) + "\" to " + path);
+  if (static_cast<size_t>(n) != content.size()) return Internal("short write to " + path);
+  return OkStatus();
+}
+
+Result<std::string> CgroupFs::ReadFile(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return ErrnoError("open " + path);
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("read " + path);
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > kMaxReadBytes) return Internal(path + " is larger than expected");
+  }
+  return out;
+}
+
+bool CgroupFs::Exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
+
+Result<UniqueFd> CgroupFs::OpenDir(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!fd) return ErrnoError("open " + path + " (O_PATH|O_DIRECTORY)");
+  return fd;
+}
+
+// --- Parsers -----------------------------------------------------------------
+
+std::vector<MountinfoCgroup> ParseCgroupMounts(std::string_view mountinfo) {
+  // proc(5): "36 35 98:0 /root /mnt/point opts [optional...] - fstype source superopts"
+  std::vector<MountinfoCgroup> out;
+  for (std::string_view line : Split(mountinfo, '\n')) {
+    size_t sep = line.find(" - ");
+    if (sep == std::string_view::npos) continue;
+    std::vector<std::string_view> pre = Split(line.substr(0, sep), ' ');
+    std::vector<std::string_view> post = Split(line.substr(sep + 3), ' ');
+    if (pre.size() < 5 || post.empty()) continue;
+    if (post[0] != "cgroup" && post[0] != "cgroup2") continue;
+    MountinfoCgroup m;
+    m.root = Unescape(pre[3]);
+    m.mount_point = Unescape(pre[4]);
+    m.v2 = post[0] == "cgroup2";
+    if (!m.v2 && post.size() >= 3) {
+      for (std::string_view opt : Split(post[2], ',')) {
+        if (IsV1Controller(opt)) m.controllers.emplace_back(opt);
+      }
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> ParseProcCgroup(std::string_view text) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (std::string_view line : Split(text, '\n')) {
+    size_t c1 = line.find(':');
+    if (c1 == std::string_view::npos) continue;
+    size_t c2 = line.find(':', c1 + 1);
+    if (c2 == std::string_view::npos) continue;
+    std::string_view controllers = line.substr(c1 + 1, c2 - c1 - 1);
+    std::string_view path = line.substr(c2 + 1);
+    // A cgroup removed under us reads "/path (deleted)" (kernel/cgroup/cgroup.c).
+    constexpr std::string_view kDeleted = " (deleted)";
+    if (path.size() > kDeleted.size() && path.substr(path.size() - kDeleted.size()) == kDeleted) {
+      path.remove_suffix(kDeleted.size());
+    }
+    if (controllers.empty()) {
+      out.emplace_back("", std::string(path));
+      continue;
+    }
+    for (std::string_view c : Split(controllers, ','))
+      out.emplace_back(std::string(c), std::string(path));
+  }
+  return out;
+}
+
+// --- CgroupManager -------------------------------------------------------------
+
+namespace {
+
+struct V2Choice {
+  Probe probe;
+  std::string root, own_dir, parent;
+};
+
+V2Choice ProbeV2(const std::vector<MountinfoCgroup>& mounts,
+                 const std::vector<std::pair<std::string, std::string>>& paths,
+                 const std::string& parent, CgroupFs& fs) {
+  V2Choice c;
+  const std::string* own = OwnPath(paths, "");
+  std::string own_path = own != nullptr ? *own : "/";
+  // If an earlier manager moved us into "<own>/supervisor" (see
+  // MoveOwnProcessesToSupervisorLeaf), the cgroup we own is its parent.
+  constexpr std::string_view kLeaf = "/supervisor";
+  if (own_path.size() > kLeaf.size() && own_path.substr(own_path.size() - kLeaf.size()) == kLeaf) {
+    own_path.resize(own_path.size() - kLeaf.size());
+  }
+  const MountinfoCgroup* mount = nullptr;
+  bool any_v2 = false;
+  for (const auto& m : mounts) {
+    if (!m.v2) continue;
+    any_v2 = true;
+    if (auto dir = MapCgroupPath(m, own_path)) {
+      mount = &m;
+      c.own_dir = *dir;
+      break;
+    }
+  }
+  if (!any_v2) {
+    c.probe.why = "cgroup v2 is not mounted";
+    return c;
+  }
+  if (mount == nullptr) {
+    c.probe.why = "cgroup v2 is mounted but our cgroup " + own_path + " is not visible in it";
+    return c;
+  }
+  c.root = mount->mount_point;
+  c.parent = parent.empty() ? JoinPath(c.own_dir, "kiln") : MapParent(*mount, parent);
+  // What sandboxes can get is what the parent (or, before it exists, its
+  // nearest existing ancestor) may enable: its cgroup.controllers.
+  std::string probe_dir = c.parent;
+  while (probe_dir.size() > c.root.size() && !fs.Exists(probe_dir)) probe_dir = DirName(probe_dir);
+  auto text = fs.ReadFile(JoinPath(probe_dir, "cgroup.controllers"));
+  if (!text.ok()) {
+    c.probe.why = "cgroup v2 is mounted but " + text.error().ToString();
+    return c;
+  }
+  std::vector<std::string> missing = Missing(ControllerSet(*text));
+  if (missing.size() == LimitControllers().size()) {
+    c.probe.why = "cgroup v2 is mounted but delegates no memory/pids/cpu controllers";
+  } else if (!missing.empty()) {
+    c.probe.why = "cgroup v2 is mounted but does not delegate " + JoinNames(missing, ", ") +
+                  " to " + probe_dir;
+  } else {
+    c.probe.usable = true;
+    c.probe.why = "cgroup v2 at " + c.root + " delegates memory, pids, cpu to " + probe_dir;
+  }
+  return c;
+}
+
+struct V1Choice {
+  Probe probe;
+  std::vector<std::pair<std::string, std::string>> parents;  // controller -> dir
+  std::vector<std::string> controllers;
+};
+
+V1Choice ProbeV1(const std::vector<MountinfoCgroup>& mounts,
+                 const std::vector<std::pair<std::string, std::string>>& paths,
+                 const std::string& parent, CgroupFs& fs) {
+  V1Choice c;
+  bool any_v1 = false;
+  std::vector<std::string> missing;
+  std::string invisible;  // our cgroup's directory in a required hierarchy, if absent
+  std::vector<std::string> wanted = LimitControllers();
+  wanted.emplace_back("cpuacct");  // cpu usage (the cpu controller has none in v1)
+  wanted.emplace_back("freezer");  // race-free KillAll
+  for (const auto& ctrl : wanted) {
+    bool required = ctrl != "cpuacct" && ctrl != "freezer";
+    const std::string* own = OwnPath(paths, ctrl);
+    // No line for it in /proc/self/cgroup: we are in that hierarchy's root.
+    std::string own_path = own != nullptr ? *own : "/";
+    const MountinfoCgroup* mount = nullptr;
+    std::optional<std::string> own_dir;
+    for (const auto& m : mounts) {
+      if (m.v2) continue;
+      any_v1 = true;
+      if (std::find(m.controllers.begin(), m.controllers.end(), ctrl) == m.controllers.end())
+        continue;
+      own_dir = MapCgroupPath(m, own_path);
+      if (own_dir) {
+        mount = &m;
+        break;
+      }
+    }
+    if (mount == nullptr) {
+      if (required) missing.push_back(ctrl);
+      continue;
+    }
+    if (!fs.Exists(*own_dir)) {
+      if (required && invisible.empty()) invisible = *own_dir;
+      continue;
+    }
+    c.controllers.push_back(ctrl);
+    c.parents.emplace_back(ctrl,
+                           parent.empty() ? JoinPath(*own_dir, "kiln") : MapParent(*mount, parent));
+  }
+  if (!any_v1) {
+    c.probe.why = "cgroup v1 is not mounted";
+  } else if (!missing.empty()) {
+    c.probe.why = "cgroup v1 lacks the " + JoinNames(missing, ", ") +
+                  (missing.size() == 1 ? " controller" : " controllers");
+  } else if (!invisible.empty()) {
+    c.probe.why = "cgroup v1 is mounted but our cgroup directory " + invisible + " does not exist";
+  } else {
+    c.probe.usable = true;
+  }
+  return c;
+}
+
+}  // namespace
+
+std::unique_ptr<CgroupManager> CgroupManager::Detect(const CgroupHostOptions& options,
+                                                     std::shared_ptr<CgroupFs> fs) {
+  std::unique_ptr<CgroupManager> m(new CgroupManager());
+  m->fs_ = fs != nullptr ? std::move(fs) : std::make_shared<CgroupFs>();
+  constexpr std::string_view kNoLimits = "; no cgroup limits";
+  auto mountinfo = m->fs_->ReadFile(options.proc_self_mountinfo);
+  auto self = m->fs_->ReadFile(options.proc_self_cgroup);
+  if (!mountinfo.ok() || !self.ok()) {
+    m->reason_ =
+        (!mountinfo.ok() ? mountinfo.error() : self.error()).ToString() + std::string(kNoLimits);
+    return m;
+  }
+  std::vector<MountinfoCgroup> mounts = ParseCgroupMounts(*mountinfo);
+  auto paths = ParseProcCgroup(*self);
+
+  std::string v2_why = "cgroup v1 forced";
+  if (options.force_mode != CgroupMode::kV1) {
+    V2Choice v2 = ProbeV2(mounts, paths, options.parent, *m->fs_);
+    if (v2.probe.usable) {
+      m->mode_ = CgroupMode::kV2;
+      m->reason_ = v2.probe.why + "; using cgroup v2";
+      m->controllers_ = LimitControllers();
+      m->v2_root_ = v2.root;
+      m->v2_own_dir_ = v2.own_dir;
+      m->v2_parent_ = v2.parent;
+      return m;
+    }
+    v2_why = v2.probe.why;
+  }
+  if (options.force_mode == CgroupMode::kV2) {
+    m->reason_ = v2_why + " (v2 forced)" + std::string(kNoLimits);
+    return m;
+  }
+  V1Choice v1 = ProbeV1(mounts, paths, options.parent, *m->fs_);
+  if (!v1.probe.usable) {
+    m->reason_ = v2_why + "; " + v1.probe.why + std::string(kNoLimits);
+    return m;
+  }
+  m->mode_ = CgroupMode::kV1;
+  m->controllers_ = v1.controllers;
+  m->v1_parents_ = std::move(v1.parents);
+  m->reason_ = v2_why + "; using cgroup v1 (" + JoinNames(m->controllers_, ", ") + ")";
+  return m;
+}
+
+std::unique_ptr<CgroupManager> CgroupManager::ForV2(std::string hierarchy_root, std::string parent,
+                                                    std::shared_ptr<CgroupFs> fs) {
+  std::unique_ptr<CgroupManager> m(new CgroupManager());
+  m->fs_ = fs != nullptr ? std::move(fs) : std::make_shared<CgroupFs>();
+  m->mode_ = CgroupMode::kV2;
+  m->controllers_ = LimitControllers();
+  m->v2_parent_ = JoinPath(hierarchy_root, parent);
+  m->v2_root_ = std::move(hierarchy_root);
+  m->reason_ = "cgroup v2 at " + m->v2_root_ + " (explicit)";
+  return m;
+}
+
+std::unique_ptr<CgroupManager> CgroupManager::ForV1(
+    std::vector<std::pair<std::string, std::string>> controller_parents,
+    std::shared_ptr<CgroupFs> fs) {
+  std::unique_ptr<CgroupManager> m(new CgroupManager());
+  m->fs_ = fs != nullptr ? std::move(fs) : std::make_shared<CgroupFs>();
+  m->mode_ = CgroupMode::kV1;
+  for (const auto& [c, dir] : controller_parents) m->controllers_.push_back(c);
+  m->v1_parents_ = std::move(controller_parents);
+  m->reason_ = "cgroup v1 (" + JoinNames(m->controllers_, ", ") + ", explicit)";
+  return m;
+}
+
+Status CgroupManager::EnsureParent() {
+  std::lock_guard<std::mutex> lock(parent_mu_);
+  if (parent_ready_) return OkStatus();
+  if (mode_ == CgroupMode::kV2) {
+    KILN_TRY(EnsureV2Parent());
+  } else {
+    for (const auto& [c, dir] : v1_parents_) KILN_TRY(MakeDirs(*fs_, dir));
+  }
+  parent_ready_ = true;
+  return OkStatus();
+}
+
+// In v2 a cgroup only gets a controller its parent lists in
+// cgroup.subtree_control, so "+memory +pids +cpu" must be written on every
+// cgroup from the deepest one that already has them available (its
+// cgroup.controllers lists them: the delegation point) down to the parent of
+// the sandboxes. The cgroups above the delegation point are not ours to touch.
+Status CgroupManager::EnsureV2Parent() {
+  std::vector<std::string> chain;  // parent first, delegation point last
+  for (std::string dir = v2_parent_;; dir = DirName(dir)) {
+    chain.push_back(dir);
+    if (fs_->Exists(dir)) {
+      auto text = fs_->ReadFile(JoinPath(dir, "cgroup.controllers"));
+      if (text.ok() && Missing(ControllerSet(*text)).empty()) break;
+    }
+    if (dir.size() <= v2_root_.size() || dir == "/") {
+      return WithStep(FailedPrecondition("cgroup v2: no cgroup above " + v2_parent_ +
+                                         " has the memory, pids and cpu controllers available"),
+                      SetupStep::kCgroupCreate);
+    }
+  }
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    const std::string& dir = *it;
+    if (!fs_->Exists(dir)) {
+      Status s = fs_->MakeDir(dir);
+      if (!s.ok() && s.error().sys_errno != EEXIST)
+        return Tag(std::move(s), SetupStep::kCgroupCreate);
+    }
+    std::string control = JoinPath(dir, "cgroup.subtree_control");
+    KILN_ASSIGN_OR_RETURN(std::string enabled, fs_->ReadFile(control));
+    if (Missing(ControllerSet(enabled)).empty()) continue;
+    Status s = fs_->WriteFile(control, kEnableV2Controllers);
+    if (!s.ok() && s.error().sys_errno == EBUSY && dir == v2_own_dir_ && !v2_own_dir_.empty()) {
+      KILN_TRY(MoveOwnProcessesToSupervisorLeaf());
+      s = fs_->WriteFile(control, kEnableV2Controllers);
+    }
+    if (!s.ok()) {
+      Error e = WithStep(std::move(s).error(), SetupStep::kCgroupCreate);
+      if (e.sys_errno == EBUSY) {
+        e.message += " (the cgroup holds processes: cgroup v2's no-internal-process rule)";
+      }
+      return e;
+    }
+  }
+  return OkStatus();
+}
+
+// The delegated-subtree pattern systemd documents (systemd.io/CGROUP_DELEGATION):
+// a v2 cgroup that holds processes cannot enable controllers for its children
+// (EBUSY, the no-internal-process rule), so a service started with Delegate=yes
+// moves its own processes into a leaf ("supervisor") and creates its other
+// children beside it. Every process in our cgroup is the service's own (the
+// cgroup was delegated to us), and all of them must move or the write still
+// fails. This changes /proc/self/cgroup; Detect recognises the leaf later.
+Status CgroupManager::MoveOwnProcessesToSupervisorLeaf() {
+  std::string leaf = JoinPath(v2_own_dir_, "supervisor");
+  if (!fs_->Exists(leaf)) {
+    Status s = fs_->MakeDir(leaf);
+    if (!s.ok() && s.error().sys_errno != EEXIST)
+      return Tag(std::move(s), SetupStep::kCgroupCreate);
+  }
+  KILN_ASSIGN_OR_RETURN(std::string procs, fs_->ReadFile(JoinPath(v2_own_dir_, "cgroup.procs")));
+  pid_t self = ::getpid();
+  std::vector<pid_t> pids = {self};  // ourselves first: the one that must move
+  for (pid_t pid : ParsePids(procs)) {
+    if (pid != self) pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    Status s = fs_->WriteFile(JoinPath(leaf, "cgroup.procs"), std::to_string(pid));
+    // A helper that exited since the read is fine.
+    if (!s.ok() && s.error().sys_errno != ESRCH) return Tag(std::move(s), SetupStep::kCgroupCreate);
+  }
+  KILN_LOG_INFO(
+      "cgroup v2: moved {} process(es) from {} to {} so controllers can be enabled below it",
+      pids.size(), v2_own_dir_, leaf);
+  return OkStatus();
+}
+
+Result<std::unique_ptr<Cgroup>> CgroupManager::Create(std::string_view name,
+                                                      const CgroupLimits& limits) {
+  if (mode_ == CgroupMode::kNone) {
+    return WithStep(FailedPrecondition("no usable cgroup hierarchy: " + reason_),
+                    SetupStep::kCgroupCreate);
+  }
+  KILN_TRY(Tag(ValidateName(name), SetupStep::kCgroupCreate));
+  if (limits.cpus != 0) {
+    if (auto quota = CpuQuotaUsec(limits.cpus); !quota.ok()) {
+      return WithStep(std::move(quota).error(), SetupStep::kCgroupCreate);
+    }
+  }
+  KILN_TRY(EnsureParent());
+  std::string n(name);
+  return mode_ == CgroupMode::kV2 ? CreateV2(n, limits) : CreateV1(n, limits);
+}
+
+Result<std::unique_ptr<Cgroup>> CgroupManager::CreateV2(const std::string& name,
+                                                        const CgroupLimits& limits) {
+  std::string dir = JoinPath(v2_parent_, name);
+  KILN_TRY(Tag(fs_->MakeDir(dir), SetupStep::kCgroupCreate));
+  // From here on, returning an error destroys `cg`, which removes the directory.
+  auto cg = std::make_unique<CgroupV2>(fs_, dir);
+  if (limits.memory_bytes != 0) {
+    KILN_TRY(WriteControl(*fs_, dir, "memory.max", std::to_string(limits.memory_bytes)));
+  }
+  // Swap off even without a memory limit: swap would otherwise let the sandbox
+  // hold more than it appears to. memory.swap.max is absent without swap
+  // accounting (CONFIG_MEMCG_SWAP off, or swapaccount=0), and then there is
+  // nothing to set.
+  if (fs_->Exists(JoinPath(dir, "memory.swap.max"))) {
+    KILN_TRY(WriteControl(*fs_, dir, "memory.swap.max", "0"));
+  } else {
+    std::lock_guard<std::mutex> lock(parent_mu_);
+    if (!swap_note_logged_) {
+      swap_note_logged_ = true;
+      KILN_LOG_INFO(
+          "cgroup v2: {} has no memory.swap.max (no swap accounting); swap is not limited", dir);
+    }
+  }
+  if (limits.pids != 0) KILN_TRY(WriteControl(*fs_, dir, "pids.max", std::to_string(limits.pids)));
+  if (limits.cpus != 0) {
+    KILN_ASSIGN_OR_RETURN(uint64_t quota, CpuQuotaUsec(limits.cpus));
+    KILN_TRY(WriteControl(*fs_, dir, "cpu.max",
+                          std::to_string(quota) + " " + std::to_string(kCpuPeriodUsec)));
+  }
+  // An OOM kills the whole sandbox (4.19+), not one process that the rest of
+  // the program might survive in a half-broken state.
+  KILN_TRY(WriteControl(*fs_, dir, "memory.oom.group", "1"));
+  KILN_ASSIGN_OR_RETURN(UniqueFd fd, fs_->OpenDir(dir));
+  cg->set_dir_fd(std::move(fd));
+  return std::unique_ptr<Cgroup>(std::move(cg));
+}
+
+Result<std::unique_ptr<Cgroup>> CgroupManager::CreateV1(const std::string& name,
+                                                        const CgroupLimits& limits) {
+  std::vector<V1Dir> planned;
+  for (const auto& [controller, parent] : v1_parents_) {
+    std::string dir = JoinPath(parent, name);
+    auto same =
+        std::find_if(planned.begin(), planned.end(), [&](const V1Dir& d) { return d.path == dir; });
+    if (same != planned.end()) {
+      same->controllers.push_back(controller);
+    } else {
+      planned.push_back(V1Dir{dir, {controller}});
+    }
+  }
+  auto cg = std::make_unique<CgroupV1>(fs_);
+  for (auto& d : planned) {
+    KILN_TRY(Tag(fs_->MakeDir(d.path), SetupStep::kCgroupCreate));
+    cg->AddDir(std::move(d));
+  }
+  auto need = [&](std::string_view controller, bool wanted) -> Result<const std::string*> {
+    const std::string* dir = cg->DirOf(controller);
+    if (dir == nullptr && wanted) {
+      return WithStep(FailedPrecondition("cgroup v1: a " + std::string(controller) +
+                                         " limit was requested but that controller is not used"),
+                      SetupStep::kCgroupCreate);
+    }
+    return dir;
+  };
+  KILN_ASSIGN_OR_RETURN(const std::string* memory, need("memory", limits.memory_bytes != 0));
+  if (memory != nullptr) {
+    bool memsw = fs_->Exists(JoinPath(*memory, "memory.memsw.limit_in_bytes"));
+    if (limits.memory_bytes != 0) {
+      std::string bytes = std::to_string(limits.memory_bytes);
+      KILN_TRY(WriteControl(*fs_, *memory, "memory.limit_in_bytes", bytes));
+      // memsw (memory + swap) must be written after limit_in_bytes: the kernel
+      // refuses memsw < limit. Equal values mean no swap at all.
+      if (memsw) KILN_TRY(WriteControl(*fs_, *memory, "memory.memsw.limit_in_bytes", bytes));
+    }
+    // Without memsw (no swap accounting) or without a limit to pin it to, the
+    // best v1 offers is not to choose swap when reclaiming this cgroup.
+    if (!memsw || limits.memory_bytes == 0) {
+      KILN_TRY(WriteControl(*fs_, *memory, "memory.swappiness", "0"));
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(const std::string* pids, need("pids", limits.pids != 0));
+  if (pids != nullptr && limits.pids != 0) {
+    KILN_TRY(WriteControl(*fs_, *pids, "pids.max", std::to_string(limits.pids)));
+  }
+  KILN_ASSIGN_OR_RETURN(const std::string* cpu, need("cpu", limits.cpus != 0));
+  if (cpu != nullptr && limits.cpus != 0) {
+    KILN_ASSIGN_OR_RETURN(uint64_t quota, CpuQuotaUsec(limits.cpus));
+    // Period first: the quota is validated against the current period.
+    KILN_TRY(WriteControl(*fs_, *cpu, "cpu.cfs_period_us", std::to_string(kCpuPeriodUsec)));
+    KILN_TRY(WriteControl(*fs_, *cpu, "cpu.cfs_quota_us", std::to_string(quota)));
+  }
+  return std::unique_ptr<Cgroup>(std::move(cg));
+}
+
+}  // namespace kiln::isolation

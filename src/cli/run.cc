@@ -148,6 +148,8 @@ int DoRun(const RunFlags& f) {
   std::fwrite(r.stdout_data.data(), 1, r.stdout_data.size(), stdout);
   std::fflush(stdout);
   std::fwrite(r.stderr_data.data(), 1, r.stderr_data.size(), stderr);
+  for (const auto& skipped : r.collect_skipped) std::cerr << "kiln: not collected: " << skipped << "\n";
+  if (!r.collect_error.empty()) std::cerr << "kiln: collecting files failed: " << r.collect_error << "\n";
   if (r.stdout_truncated) std::cerr << "\nkiln: stdout truncated (--output-limit)\n";
   if (r.stderr_truncated) std::cerr << "\nkiln: stderr truncated (--output-limit)\n";
   if (r.outcome != supervisor::Outcome::kOk && r.outcome != supervisor::Outcome::kError) {

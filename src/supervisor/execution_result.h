@@ -70,6 +70,8 @@ struct ExecutionResult {
   uint64_t oom_kills = 0;
   std::string limits_backend;  // "cgroup v2", "cgroup v1", "rlimits"
   std::vector<CollectedFile> files;
+  std::vector<std::string> collect_skipped;  // "path: why" (symlinks, special files, limits)
+  std::string collect_error;                 // the copy-out failed part way (files has the rest)
   std::optional<SetupErrorInfo> setup_error;
   std::string reason;  // one line: why this outcome (e.g. "wall-clock timeout of 2 s")
   PhaseTimes phases;

@@ -636,9 +636,13 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
   if (options.collect_dir && workspace_fd) {
     auto collected = CollectWorkspace(workspace_fd.get(), *options.collect_dir, CollectLimits{},
                                       options.collect_only);
-    if (!collected.ok()) return std::move(collected).error();
-    r.files = std::move(collected->files);
-    for (const auto& s : collected->skipped) KILN_LOG_WARN("not collected: {}", s);
+    // A failed copy-out must not lose the run's result: report it beside it.
+    if (!collected.ok()) {
+      r.collect_error = collected.error().ToString();
+    } else {
+      r.files = std::move(collected->files);
+      r.collect_skipped = std::move(collected->skipped);
+    }
   }
   if (cgroup) {
     Status removed = cgroup->Remove();

@@ -49,7 +49,12 @@ Status CopyFile(int src_dir, int dst_dir, const std::string& name, const std::st
   }
   UniqueFd out(::openat(dst_dir, name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
                         0644));
-  if (!out) return ErrnoError("create " + rel + " in the collect directory");
+  if (!out) {
+    // E.g. a symlink of the same name already in the destination (O_NOFOLLOW).
+    w->report.skipped.push_back(rel + ": cannot create in the collect directory: " +
+                                std::strerror(errno));
+    return OkStatus();
+  }
   char buf[65536];
   uint64_t copied = 0;
   for (;;) {

@@ -31,7 +31,7 @@ deps:
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing
 
 build: deps
-	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release -DKILN_PYTHON=$(PYTHON) >/dev/null
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=Release -DKILN_PYTHON=$(PYTHON) -DKILN_TIER_TESTS=ON >/dev/null
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 test: build

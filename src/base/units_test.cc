@@ -65,3 +65,26 @@ TEST(SetupStep, EveryStepHasAName) {
 
 }  // namespace
 }  // namespace kiln
+
+#include "base/base64.h"
+
+namespace kiln {
+namespace {
+
+TEST(Base64, Decodes) {
+  EXPECT_EQ(*Base64Decode(""), "");
+  EXPECT_EQ(*Base64Decode("Zg=="), "f");
+  EXPECT_EQ(*Base64Decode("Zm8="), "fo");
+  EXPECT_EQ(*Base64Decode("Zm9v"), "foo");
+  EXPECT_EQ(*Base64Decode("Zm9v\nYmFy"), "foobar");
+  EXPECT_EQ(*Base64Decode("iVBORw0KGgo="), std::string("\x89PNG\r\n\x1a\n", 8));
+}
+
+TEST(Base64, RejectsGarbage) {
+  for (const char* bad : {"Zm9", "Zm9v!", "Z===", "Zg==Zg==", "====", "Zm$v"}) {
+    EXPECT_FALSE(Base64Decode(bad).ok()) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace kiln

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/base64.h"
 #include "base/log.h"
 #include "base/units.h"
 #include "cli/commands.h"
@@ -48,6 +49,49 @@ void PrintRefusal(const Error& e, bool json) {
     std::cout << j.dump() << "\n";
   } else {
     std::cerr << "kiln run: refused: " << e.ToString() << "\n";
+  }
+}
+
+// Plain mode shows what a terminal can: the last value on stdout (as Python's
+// REPL would), the traceback on stderr (as `python3 FILE` would), and images
+// as files in the --collect directory (output-N.png), or a note saying where
+// they went.
+void ShowRichOutputs(const supervisor::ExecutionResult& r, const std::string& collect_dir) {
+  int image_no = 0, images_not_shown = 0;
+  for (const auto& o : r.outputs) {
+    const std::string type = o.value("output_type", "");
+    if (type == "execute_result" && o["data"].contains("text/plain")) {
+      std::cout << o["data"]["text/plain"].get<std::string>() << "\n";
+    }
+    if ((type == "display_data" || type == "execute_result") && o["data"].contains("image/png")) {
+      ++image_no;
+      if (collect_dir.empty()) {
+        ++images_not_shown;
+        continue;
+      }
+      auto png = Base64Decode(o["data"]["image/png"].get<std::string>());
+      const std::string path = collect_dir + "/output-" + std::to_string(image_no) + ".png";
+      std::ofstream out(path, std::ios::binary | std::ios::trunc);
+      if (!png.ok() || !out.write(png->data(), static_cast<std::streamsize>(png->size()))) {
+        std::cerr << "kiln: cannot write " << path << "\n";
+      } else {
+        std::cerr << "kiln: image written to " << path << "\n";
+      }
+    } else if (type == "display_data" && o["data"].contains("text/plain")) {
+      std::cout << o["data"]["text/plain"].get<std::string>() << "\n";
+    }
+  }
+  std::cout.flush();
+  if (r.error) {
+    for (const auto& line : r.error->traceback) std::cerr << line;
+    if (!r.error->traceback.empty() && r.error->traceback.back().back() != '\n') std::cerr << "\n";
+  }
+  if (images_not_shown > 0) {
+    std::cerr << "kiln: " << images_not_shown
+              << " image(s) not shown: use --collect DIR to save them, or --json\n";
+  }
+  if (r.outputs_dropped > 0) {
+    std::cerr << "kiln: " << r.outputs_dropped << " rich output(s) dropped (image limits)\n";
   }
 }
 
@@ -148,6 +192,7 @@ int DoRun(const RunFlags& f) {
   std::fwrite(r.stdout_data.data(), 1, r.stdout_data.size(), stdout);
   std::fflush(stdout);
   std::fwrite(r.stderr_data.data(), 1, r.stderr_data.size(), stderr);
+  ShowRichOutputs(r, f.collect);
   for (const auto& skipped : r.collect_skipped) std::cerr << "kiln: not collected: " << skipped << "\n";
   if (!r.collect_error.empty()) std::cerr << "kiln: collecting files failed: " << r.collect_error << "\n";
   if (r.stdout_truncated) std::cerr << "\nkiln: stdout truncated (--output-limit)\n";

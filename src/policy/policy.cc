@@ -1,5 +1,6 @@
 #include "policy/policy.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -13,6 +14,39 @@ bool IsSafeFileName(const std::string& name) {
     if (c == '/' || c == '\0') return false;
   }
   return true;
+}
+
+std::string_view ToString(ImportPolicy::Mode mode) {
+  switch (mode) {
+    case ImportPolicy::Mode::kOpen: return "open";
+    case ImportPolicy::Mode::kDenylist: return "denylist";
+    case ImportPolicy::Mode::kAllowlist: return "allowlist";
+  }
+  return "open";
+}
+
+const std::vector<std::string>& StrictDenylist() {
+  static const std::vector<std::string> kList = {"os",       "subprocess", "socket",  "sys",
+                                                 "ctypes",   "importlib",  "pkgutil", "shutil"};
+  return kList;
+}
+
+bool IsModuleName(const std::string& name) {
+  if (name.empty() || name.size() > 200) return false;
+  bool start = true;
+  for (char c : name) {
+    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+    const bool digit = c >= '0' && c <= '9';
+    if (c == '.') {
+      if (start) return false;
+      start = true;
+    } else if (alpha || (digit && !start)) {
+      start = false;
+    } else {
+      return false;
+    }
+  }
+  return !start;
 }
 
 void PolicyBuilder::Fail(std::string field, std::string message) {
@@ -114,6 +148,77 @@ PolicyBuilder& PolicyBuilder::AddFile(std::string host_path, std::string name) {
 
 PolicyBuilder& PolicyBuilder::CgroupRequirement(Requirement r) {
   policy_.cgroup_ = r;
+  return *this;
+}
+
+PolicyBuilder& PolicyBuilder::Imports(ImportPolicy policy) {
+  for (const auto& m : policy.modules) {
+    if (!IsModuleName(m)) {
+      Fail("import_policy", "'" + m + "' is not a module name");
+      return *this;
+    }
+  }
+  if (policy.mode == ImportPolicy::Mode::kOpen && !policy.modules.empty()) {
+    Fail("import_policy", "an open policy takes no module list");
+    return *this;
+  }
+  policy_.import_policy_ = std::move(policy);
+  return *this;
+}
+
+PolicyBuilder& PolicyBuilder::Preload(std::vector<std::string> modules) {
+  for (const auto& m : modules) {
+    if (!IsModuleName(m)) {
+      Fail("preload", "'" + m + "' is not a module name");
+      return *this;
+    }
+  }
+  policy_.preload_ = std::move(modules);
+  return *this;
+}
+
+PolicyBuilder& PolicyBuilder::MaxImages(uint64_t n) {
+  if (n > 1000) {
+    Fail("max_images", "must be at most 1000");
+  } else {
+    policy_.display_limits_.max_images = n;
+  }
+  return *this;
+}
+
+PolicyBuilder& PolicyBuilder::MaxImageBytes(uint64_t bytes) {
+  if (bytes > (16ULL << 20)) {
+    Fail("max_image_bytes", "must be at most 16 MiB (the channel's frames are at most 32 MiB)");
+  } else {
+    policy_.display_limits_.max_image_bytes = bytes;
+  }
+  return *this;
+}
+
+PolicyBuilder& PolicyBuilder::AddReadOnlyMount(std::string path) {
+  if (path.empty() || path[0] != '/' || path.find("/..") != std::string::npos ||
+      path.find("/./") != std::string::npos) {
+    Fail("mounts", "'" + path + "' must be an absolute, normalized path");
+    return *this;
+  }
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  for (const char* reserved : {"/proc", "/dev", "/tmp", "/workspace", "/etc", "/opt/kiln"}) {
+    const std::string r = reserved;
+    if (path == r || path.rfind(r + "/", 0) == 0) {
+      Fail("mounts", "'" + path + "' is inside " + r + ", which the sandbox builds itself");
+      return *this;
+    }
+  }
+  if (path == "/" || path == "/usr" || path.rfind("/usr/", 0) == 0) {
+    Fail("mounts", "'" + path + "' is / or already visible (/usr)");
+    return *this;
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    Fail("mounts", "'" + path + "' is not an existing directory");
+    return *this;
+  }
+  policy_.extra_ro_mounts_.push_back(std::move(path));
   return *this;
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,24 @@ namespace kiln::policy {
 struct InputFile {
   std::string host_path;  // opened by the supervisor with its own privileges
   std::string name;       // a single path component inside the workspace
+};
+
+// The import policy the runtime applies to user code (a layer on top of the
+// jail, never the boundary): open, or a deny/allow list of module names. An
+// entry "os" also covers "os.path".
+struct ImportPolicy {
+  enum class Mode { kOpen, kDenylist, kAllowlist };
+  Mode mode = Mode::kOpen;
+  std::vector<std::string> modules;
+};
+std::string_view ToString(ImportPolicy::Mode mode);
+// The reference design's denylist, the `strict` profile's.
+const std::vector<std::string>& StrictDenylist();
+
+// Caps on rich outputs (images) per cell; what is dropped is flagged.
+struct DisplayLimits {
+  uint64_t max_images = 16;
+  uint64_t max_image_bytes = 8ULL << 20;  // total, decoded PNG bytes
 };
 
 // How a layer the policy wants must be present on the host.
@@ -52,6 +71,12 @@ class SandboxPolicy final {
   Requirement cgroup() const { return cgroup_; }
   Requirement landlock() const { return landlock_; }
   const std::string& hostname() const { return hostname_; }
+  const ImportPolicy& import_policy() const { return import_policy_; }
+  // Modules the runtime imports before the first cell (inside the cgroup).
+  const std::vector<std::string>& preload() const { return preload_; }
+  const DisplayLimits& display_limits() const { return display_limits_; }
+  // Host directories bound read-only at the same path (absolute, existing).
+  const std::vector<std::string>& extra_ro_mounts() const { return extra_ro_mounts_; }
 
  private:
   friend class PolicyBuilder;
@@ -62,6 +87,10 @@ class SandboxPolicy final {
   Requirement cgroup_ = Requirement::kRequired;
   Requirement landlock_ = Requirement::kRequired;
   std::string hostname_ = "kiln";
+  ImportPolicy import_policy_;
+  std::vector<std::string> preload_;
+  DisplayLimits display_limits_;
+  std::vector<std::string> extra_ro_mounts_;
 };
 
 // Fluent builder with a sticky first error: after one bad call the rest are
@@ -81,6 +110,13 @@ class PolicyBuilder final {
   // `name` empty: the basename of host_path.
   PolicyBuilder& AddFile(std::string host_path, std::string name);
   PolicyBuilder& CgroupRequirement(Requirement r);
+  PolicyBuilder& Imports(ImportPolicy policy);
+  PolicyBuilder& Preload(std::vector<std::string> modules);
+  PolicyBuilder& MaxImages(uint64_t n);
+  PolicyBuilder& MaxImageBytes(uint64_t bytes);
+  // An absolute, existing directory, not one kiln builds itself (/, /proc,
+  // /dev, /tmp, /workspace, /etc, /opt/kiln) nor beneath them.
+  PolicyBuilder& AddReadOnlyMount(std::string path);
 
   // Checks across fields (cpu time defaults to the wall timeout when not set;
   // input names are unique) and returns the policy, or the first error.
@@ -97,5 +133,7 @@ class PolicyBuilder final {
 // True when `name` is a safe single component for the workspace: non-empty,
 // at most 255 bytes, no '/', no NUL, not "." or "..".
 bool IsSafeFileName(const std::string& name);
+// A dotted Python module name: identifiers joined by '.'.
+bool IsModuleName(const std::string& name);
 
 }  // namespace kiln::policy

@@ -83,3 +83,50 @@ TEST(IsSafeFileName, Cases) {
 
 }  // namespace
 }  // namespace kiln::policy
+
+namespace kiln::policy {
+namespace {
+
+TEST(PolicyBuilder, ImportPolicy) {
+  auto p = PolicyBuilder().Imports({ImportPolicy::Mode::kDenylist, StrictDenylist()}).Build();
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->import_policy().mode, ImportPolicy::Mode::kDenylist);
+  EXPECT_EQ(p->import_policy().modules.size(), 8u);
+  EXPECT_FALSE(PolicyBuilder().Imports({ImportPolicy::Mode::kDenylist, {"os;rm"}}).Build().ok());
+  EXPECT_FALSE(PolicyBuilder().Imports({ImportPolicy::Mode::kOpen, {"os"}}).Build().ok());
+}
+
+TEST(PolicyBuilder, PreloadAndModuleNames) {
+  EXPECT_TRUE(IsModuleName("numpy"));
+  EXPECT_TRUE(IsModuleName("matplotlib.pyplot"));
+  EXPECT_TRUE(IsModuleName("_x1"));
+  EXPECT_FALSE(IsModuleName(""));
+  EXPECT_FALSE(IsModuleName("1x"));
+  EXPECT_FALSE(IsModuleName("a..b"));
+  EXPECT_FALSE(IsModuleName(".a"));
+  EXPECT_FALSE(IsModuleName("a."));
+  EXPECT_FALSE(IsModuleName("a-b"));
+  auto bad = PolicyBuilder().Preload({"numpy", "x y"}).Build();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message.rfind("preload:", 0), 0u);
+}
+
+TEST(PolicyBuilder, ReadOnlyMounts) {
+  EXPECT_TRUE(PolicyBuilder().AddReadOnlyMount("/var/lib").Build().ok());
+  EXPECT_FALSE(PolicyBuilder().AddReadOnlyMount("relative").Build().ok());
+  EXPECT_FALSE(PolicyBuilder().AddReadOnlyMount("/proc/sys").Build().ok());
+  EXPECT_FALSE(PolicyBuilder().AddReadOnlyMount("/tmp").Build().ok());
+  EXPECT_FALSE(PolicyBuilder().AddReadOnlyMount("/").Build().ok());
+  EXPECT_FALSE(PolicyBuilder().AddReadOnlyMount("/var/../etc").Build().ok());
+  EXPECT_FALSE(PolicyBuilder().AddReadOnlyMount("/nonexistent-dir-kiln").Build().ok());
+}
+
+TEST(PolicyBuilder, DisplayLimits) {
+  auto p = PolicyBuilder().MaxImages(3).MaxImageBytes(1 << 20).Build();
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->display_limits().max_images, 3u);
+  EXPECT_FALSE(PolicyBuilder().MaxImageBytes(1ULL << 30).Build().ok());
+}
+
+}  // namespace
+}  // namespace kiln::policy

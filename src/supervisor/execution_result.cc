@@ -16,6 +16,7 @@ std::string_view ToString(Outcome outcome) {
     case Outcome::kSignaled: return "signaled";
     case Outcome::kPolicyViolation: return "policy_violation";
     case Outcome::kSetupError: return "setup_error";
+    case Outcome::kProtocolError: return "protocol_error";
   }
   return "setup_error";
 }
@@ -25,6 +26,8 @@ int PlainExitCode(const ExecutionResult& r) {
     case Outcome::kOk:
     case Outcome::kError:
       return r.exit_code >= 0 ? r.exit_code : 1;
+    case Outcome::kProtocolError:
+      return 1;
     case Outcome::kTimeout:
       return 124;
     case Outcome::kSetupError:
@@ -33,7 +36,10 @@ int PlainExitCode(const ExecutionResult& r) {
     case Outcome::kMemoryLimit:
     case Outcome::kOutputLimit:
     case Outcome::kSignaled:
+      return r.signal > 0 ? 128 + r.signal : (r.exit_code >= 0 ? r.exit_code : 137);
     case Outcome::kPolicyViolation:
+      // An import the policy refuses exits 1, like the ImportError it is.
+      if (r.signal == 0) return r.exit_code > 0 ? r.exit_code : 1;
       return r.signal > 0 ? 128 + r.signal : (r.exit_code >= 0 ? r.exit_code : 137);
   }
   return 125;
@@ -75,6 +81,20 @@ nlohmann::json ToJson(const ExecutionResult& r, bool with_files) {
                                            : ""},
                         {"message", r.setup_error->message}};
   }
+  j["outputs"] = r.outputs;
+  j["execution_count"] = r.execution_count ? nlohmann::json(*r.execution_count) : nlohmann::json(nullptr);
+  if (r.error) {
+    j["error"] = {{"name", r.error->name}, {"value", r.error->value}, {"traceback", r.error->traceback}};
+  } else {
+    j["error"] = nullptr;
+  }
+  if (r.policy_violation) {
+    j["policy_violation"] = {{"module", r.policy_violation->module},
+                             {"line", r.policy_violation->line},
+                             {"message", r.policy_violation->message}};
+  }
+  j["outputs_dropped"] = r.outputs_dropped;
+  j["outputs_truncated"] = r.outputs_truncated;
   const auto& p = r.phases;
   j["phases_ms"] = {{"plan", p.plan_ms},         {"cgroup", p.cgroup_ms},
                     {"clone", p.clone_ms},       {"maps", p.maps_ms},

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/setup_step.h"
+#include "supervisor/cell_outputs.h"
 
 namespace kiln::supervisor {
 
@@ -25,10 +26,11 @@ enum class Outcome {
   kSignaled,         // killed by a signal for another reason
   kPolicyViolation,  // seccomp killed it (foreign ABI, x32)
   kSetupError,       // the sandbox could not be built; the program never ran
+  kProtocolError,    // the sandbox broke the runtime protocol; killed by the supervisor
 };
 
 // "ok", "error", "timeout", "cpu_limit", "memory_limit", "output_limit",
-// "signaled", "policy_violation", "setup_error".
+// "signaled", "policy_violation", "setup_error", "protocol_error".
 std::string_view ToString(Outcome outcome);
 
 struct SetupErrorInfo {
@@ -74,6 +76,13 @@ struct ExecutionResult {
   std::string collect_error;                 // the copy-out failed part way (files has the rest)
   std::optional<SetupErrorInfo> setup_error;
   std::string reason;  // one line: why this outcome (e.g. "wall-clock timeout of 2 s")
+  // Notebook-style results (docs/api.md): nbformat v4 outputs in order.
+  nlohmann::json outputs = nlohmann::json::array();
+  std::optional<CellError> error;
+  std::optional<int64_t> execution_count;
+  uint64_t outputs_dropped = 0;     // rich outputs over the image caps
+  bool outputs_truncated = false;   // rich outputs over the cell's frame budget
+  std::optional<PolicyViolationInfo> policy_violation;
   PhaseTimes phases;
 };
 

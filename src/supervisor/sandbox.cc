@@ -26,6 +26,8 @@
 #include "isolation/mount_ns.h"
 #include "isolation/rlimits.h"
 #include "isolation/user_ns.h"
+#include "ipc/frame.h"
+#include "supervisor/cell_outputs.h"
 #include "supervisor/workspace.h"
 #include "sys/syscalls.h"
 
@@ -41,6 +43,9 @@ constexpr auto kSetupTimeout = std::chrono::seconds(20);
 constexpr auto kCpuPollInterval = std::chrono::milliseconds(50);
 constexpr auto kDrainTimeout = std::chrono::seconds(2);
 constexpr uint64_t kMaxProgramBytes = 64ULL << 20;
+// All frames of one cell together (rich outputs, tracebacks): past it, the
+// sandbox is killed with output_limit. Images have their own, smaller caps.
+constexpr uint64_t kCellFrameBudget = 64ULL << 20;
 
 std::string FormatSeconds(double s) {
   char buf[32];
@@ -263,6 +268,12 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
   argv.Add("-I");  // isolated: no PYTHON* variables, no user site, no cwd on sys.path
   argv.Add("-B");  // the tree is read-only; never try to write .pyc files
   argv.Add(std::string(isolation::kRuntimeMountPath) + "/kiln_runtime/launch.py");
+  if (!policy.preload().empty()) {
+    std::string list;
+    for (const auto& m : policy.preload()) list += (list.empty() ? "" : ",") + m;
+    argv.Add("--preload");
+    argv.Add(list);
+  }
   CStringArray envp;
   {
     const int threads = std::max(1, static_cast<int>(std::ceil(limits.cpus)));
@@ -271,7 +282,8 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
         {"HOME", "/tmp"},
         {"TMPDIR", "/tmp"},
         {"LANG", "C.UTF-8"},
-        {"MPLBACKEND", "Agg"},
+        // Agg underneath; show() and open figures become display_data.
+        {"MPLBACKEND", "module://kiln_runtime.mpl_backend"},
         {"MPLCONFIGDIR", isolation::kMplConfigPath},
         {"OPENBLAS_NUM_THREADS", std::to_string(threads)},
         {"OMP_NUM_THREADS", std::to_string(threads)},
@@ -297,20 +309,21 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
   if (::setsockopt(sync_parent.get(), SOL_SOCKET, SO_PASSCRED, &one, sizeof one) != 0) {
     return ErrnoError("setsockopt SO_PASSCRED");
   }
+  // The runtime channel (docs/protocol.md section 2): fd 3 of the worker.
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) return ErrnoError("socketpair");
+  UniqueFd rt_parent(sp[0]), rt_child(sp[1]);
   int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return ErrnoError("pipe2");
-  UniqueFd code_r(p[0]), code_w(p[1]);
   if (::pipe2(p, O_CLOEXEC) != 0) return ErrnoError("pipe2");
   UniqueFd out_r(p[0]), out_w(p[1]);
   if (::pipe2(p, O_CLOEXEC) != 0) return ErrnoError("pipe2");
   UniqueFd err_r(p[0]), err_w(p[1]);
-  KILN_TRY(SetNonBlocking(code_w.get()));
+  KILN_TRY(SetNonBlocking(rt_parent.get()));
   KILN_TRY(SetNonBlocking(out_r.get()));
   KILN_TRY(SetNonBlocking(err_r.get()));
 
   child::ChildPlan plan;
   plan.sync_fd = sync_child.get();
-  plan.code_fd = code_r.get();
+  plan.code_fd = rt_child.get();
   plan.stdout_fd = out_w.get();
   plan.stderr_fd = err_w.get();
   plan.drop_groups = slot.privileged();
@@ -396,7 +409,7 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
     }
   });
   sync_child.Reset();
-  code_r.Reset();
+  rt_child.Reset();
   out_w.Reset();
   err_w.Reset();
   const auto t_cloned = Clock::now();
@@ -419,11 +432,12 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
   }
 
   // --- Event loop: setup records, capture, program delivery, limits.
-  const std::string payload = "KILN0 " + program.filename + "\n" + program.source;
-  size_t payload_off = 0;
-  bool program_pending = false;  // worker attached, program not yet fully sent
-  bool program_sent = false;
-  bool sync_open = true, out_open = true, err_open = true, init_exited = false;
+  ipc::FrameReader frames;
+  std::string to_runtime;  // encoded frames not yet written
+  bool hello = false, attached = false, program_sent = false, shutdown_sent = false;
+  CellOutputs cell(1, policy.display_limits(), kCellFrameBudget);
+  std::optional<std::string> protocol_error;
+  bool sync_open = true, out_open = true, err_open = true, rt_open = true, init_exited = false;
   UniqueFd workspace_fd;
   std::optional<int> worker_status;
   std::optional<SyncMessage> failure;
@@ -437,23 +451,146 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
   const uint64_t cpu_limit_usec = static_cast<uint64_t>(limits.cpu_time_s * 1e6);
 
   auto kill_sandbox = [&](std::optional<Outcome> why) {
-    if (why && !kill_reason && !failure) kill_reason = why;
+    if (why && !kill_reason && !failure && !protocol_error) kill_reason = why;
     if (!killed) {
       killed = true;
       sys::PidfdSendSignal(pidfd, SIGKILL);
+    }
+  };
+  auto violate = [&](std::string why) {
+    if (!protocol_error && !kill_reason && !failure) protocol_error = std::move(why);
+    kill_sandbox(std::nullopt);
+  };
+  // Output written before a frame is already in the pipes when the frame
+  // arrives (the runtime flushes first): drain them so outputs keep order.
+  auto drain_streams = [&] {
+    bool over = false;
+    if (out_open) {
+      const size_t before = r.stdout_data.size();
+      out_open = ReadCapped(out_r.get(), &r.stdout_data, limits.output_bytes, &over);
+      cell.AddStream("stdout", std::string_view(r.stdout_data).substr(before));
+      if (over) {
+        r.stdout_truncated = true;
+        out_open = false;
+        kill_sandbox(Outcome::kOutputLimit);
+      }
+    }
+    over = false;
+    if (err_open) {
+      const size_t before = r.stderr_data.size();
+      err_open = ReadCapped(err_r.get(), &r.stderr_data, limits.output_bytes, &over);
+      cell.AddStream("stderr", std::string_view(r.stderr_data).substr(before));
+      if (over) {
+        r.stderr_truncated = true;
+        err_open = false;
+        kill_sandbox(Outcome::kOutputLimit);
+      }
+    }
+  };
+  auto maybe_start = [&] {
+    if (!hello || !attached || program_sent || killed) return;
+    nlohmann::json modules = policy.import_policy().modules;
+    to_runtime += ipc::EncodeMessage(
+        {{"type", "execute"},
+         {"cell", 1},
+         {"code", program.source},
+         {"filename", program.filename},
+         {"import_policy",
+          {{"mode", std::string(policy::ToString(policy.import_policy().mode))},
+           {"modules", modules}}},
+         {"limits",
+          {{"max_images", policy.display_limits().max_images},
+           {"max_image_bytes", policy.display_limits().max_image_bytes}}}});
+    program_sent = true;
+    t_sent = Clock::now();
+    run_deadline = t_sent + std::chrono::duration_cast<Clock::duration>(
+                                std::chrono::duration<double>(limits.wall_timeout_s));
+    if (cgroup) next_cpu_poll = t_sent + kCpuPollInterval;
+  };
+  auto handle_frames = [&] {
+    for (;;) {
+      auto next = frames.Next();
+      if (!next.ok()) {
+        violate("the runtime sent an oversized frame: " + next.error().message);
+        return;
+      }
+      if (!next->has_value()) return;
+      const std::string& payload = **next;
+      drain_streams();
+      auto parsed = ipc::ParseFrame(payload);
+      if (!parsed.ok()) {
+        violate("the runtime sent a malformed frame: " + parsed.error().message);
+        return;
+      }
+      const std::string type = (*parsed)["type"].get<std::string>();
+      if (type == "hello") {
+        auto version = ipc::GetInt(*parsed, "protocol");
+        if (hello || program_sent) {
+          violate("the runtime said hello twice");
+        } else if (!version.ok() || *version != ipc::kProtocolVersion) {
+          violate("the runtime speaks protocol " +
+                  (version.ok() ? std::to_string(*version) : std::string("?")) + ", kiln speaks " +
+                  std::to_string(ipc::kProtocolVersion));
+        } else {
+          hello = true;
+          maybe_start();
+        }
+        continue;
+      }
+      if (!program_sent) {
+        violate("the runtime sent '" + type + "' before any cell");
+        return;
+      }
+      auto verdict = cell.OnFrame(*parsed, payload.size() + 4);
+      if (!verdict.ok()) {
+        violate("the runtime broke the protocol: " + verdict.error().message);
+        return;
+      }
+      if (*verdict == CellOutputs::FrameVerdict::kOverBudget) {
+        r.outputs_truncated = true;
+        kill_sandbox(Outcome::kOutputLimit);
+        return;
+      }
+      if (cell.replied() && !shutdown_sent) {
+        // One-shot: the cell is done; the runtime exits with its status.
+        to_runtime += ipc::EncodeMessage({{"type", "shutdown"}});
+        shutdown_sent = true;
+      }
+    }
+  };
+  auto read_runtime = [&] {
+    char chunk[65536];
+    for (int i = 0; i < 64 && rt_open; ++i) {  // at most 4 MiB per wake-up: stay fair
+      ssize_t n = ::read(rt_parent.get(), chunk, sizeof chunk);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN) rt_open = false;
+        break;
+      }
+      if (n == 0) {
+        rt_open = false;
+        break;
+      }
+      frames.Feed(chunk, static_cast<size_t>(n));
+      handle_frames();
+      if (protocol_error) break;
     }
   };
 
   while (!init_exited) {
     pollfd fds[5];
     int n = 0;
-    int idx_sync = -1, idx_out = -1, idx_err = -1, idx_code = -1;
+    int idx_sync = -1, idx_out = -1, idx_err = -1, idx_rt = -1;
     if (sync_open) { idx_sync = n; fds[n++] = {sync_parent.get(), POLLIN, 0}; }
     if (out_open) { idx_out = n; fds[n++] = {out_r.get(), POLLIN, 0}; }
     if (err_open) { idx_err = n; fds[n++] = {err_r.get(), POLLIN, 0}; }
     const int idx_pid = n;
     fds[n++] = {pidfd, POLLIN, 0};
-    if (program_pending && code_w) { idx_code = n; fds[n++] = {code_w.get(), POLLOUT, 0}; }
+    if (rt_open) {
+      idx_rt = n;
+      fds[n++] = {rt_parent.get(),
+                  static_cast<short>(POLLIN | (to_runtime.empty() ? 0 : POLLOUT)), 0};
+    }
 
     auto now = Clock::now();
     auto wake = program_sent ? std::min(run_deadline, next_cpu_poll) : setup_deadline;
@@ -482,24 +619,25 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
             }
             break;
           case SyncTag::kWorkerStarted:
-            if (program_pending || program_sent || m.sender <= 0) break;  // only the first counts
+            if (attached || m.sender <= 0) break;  // only the first counts
             t_worker = now;
             if (cgroup && cgroup->clone_into_fd() < 0) {
               // v1: move the worker now, while its interpreter starts; the
               // launcher runs nothing of the program before it arrives.
-              Status attached = cgroup->Attach(m.sender);
-              if (!attached.ok()) {
+              Status moved = cgroup->Attach(m.sender);
+              if (!moved.ok()) {
                 failure = SyncMessage{SyncTag::kFailure,
                                       static_cast<uint8_t>(SetupStep::kCgroupAttach), 0,
-                                      attached.error().sys_errno, -1, 0};
+                                      moved.error().sys_errno, -1, 0};
                 failure_text = "attaching the sandbox to its cgroup failed: " +
-                               attached.error().ToString();
+                               moved.error().ToString();
                 kill_sandbox(std::nullopt);
                 break;
               }
             }
             t_attached = Clock::now();
-            program_pending = true;
+            attached = true;
+            maybe_start();
             break;
           case SyncTag::kWorkerExited:
             if (!worker_status) {
@@ -523,43 +661,17 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
         }
       }
     }
-    if (idx_code >= 0 && fds[idx_code].revents != 0) {
-      while (payload_off < payload.size()) {
-        ssize_t w = ::write(code_w.get(), payload.data() + payload_off, payload.size() - payload_off);
-        if (w < 0) {
-          if (errno == EINTR) continue;
-          if (errno != EAGAIN) payload_off = payload.size();  // EPIPE: the worker died
-          break;
-        }
-        payload_off += static_cast<size_t>(w);
-      }
-      if (payload_off >= payload.size()) {
-        code_w.Reset();  // EOF ends the program text
-        program_pending = false;
-        program_sent = true;
-        t_sent = Clock::now();
-        run_deadline = t_sent + std::chrono::duration_cast<Clock::duration>(
-                                    std::chrono::duration<double>(limits.wall_timeout_s));
-        if (cgroup) next_cpu_poll = t_sent + kCpuPollInterval;
+    if (idx_rt >= 0 && (fds[idx_rt].revents & POLLOUT) != 0 && !to_runtime.empty()) {
+      ssize_t w = ::send(rt_parent.get(), to_runtime.data(), to_runtime.size(), MSG_NOSIGNAL);
+      if (w > 0) {
+        to_runtime.erase(0, static_cast<size_t>(w));
+      } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
+        to_runtime.clear();  // the runtime is gone; its exit status will tell
       }
     }
-    if (idx_out >= 0 && fds[idx_out].revents != 0) {
-      bool over = false;
-      out_open = ReadCapped(out_r.get(), &r.stdout_data, limits.output_bytes, &over);
-      if (over) {
-        r.stdout_truncated = true;
-        kill_sandbox(Outcome::kOutputLimit);
-        out_open = false;
-      }
-    }
-    if (idx_err >= 0 && fds[idx_err].revents != 0) {
-      bool over = false;
-      err_open = ReadCapped(err_r.get(), &r.stderr_data, limits.output_bytes, &over);
-      if (over) {
-        r.stderr_truncated = true;
-        kill_sandbox(Outcome::kOutputLimit);
-        err_open = false;
-      }
+    if (idx_rt >= 0 && (fds[idx_rt].revents & (POLLIN | POLLHUP | POLLERR)) != 0) read_runtime();
+    if ((idx_out >= 0 && fds[idx_out].revents != 0) || (idx_err >= 0 && fds[idx_err].revents != 0)) {
+      drain_streams();
     }
     if (fds[idx_pid].revents != 0) init_exited = true;
 
@@ -590,7 +702,8 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
   // Late records (the worker's status can race pid 1's exit) and the rest of
   // the output: every writer is dead, so these reach EOF quickly.
   const auto drain_deadline = Clock::now() + kDrainTimeout;
-  while ((out_open || err_open || sync_open) && Clock::now() < drain_deadline) {
+  while ((out_open || err_open || sync_open || (rt_open && !protocol_error)) &&
+         Clock::now() < drain_deadline) {
     if (sync_open) {
       Received m = ReceiveSync(sync_parent.get());
       if (m.eof || m.again) {
@@ -602,19 +715,12 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
         failure_text = DescribeFailure(m.msg, mounts);
       }
     }
-    bool over = false;
-    if (out_open) {
-      out_open = ReadCapped(out_r.get(), &r.stdout_data, limits.output_bytes, &over);
-      if (over) { r.stdout_truncated = true; out_open = false; }
-    }
-    if (err_open) {
-      over = false;
-      err_open = ReadCapped(err_r.get(), &r.stderr_data, limits.output_bytes, &over);
-      if (over) { r.stderr_truncated = true; err_open = false; }
-    }
-    if (out_open || err_open) {
-      pollfd pf[2] = {{out_r.get(), POLLIN, 0}, {err_r.get(), POLLIN, 0}};
-      ::poll(pf, 2, 20);
+    // Frames first: each drains the pipes up to itself, keeping the order.
+    if (rt_open && !protocol_error) read_runtime();
+    drain_streams();
+    if (out_open || err_open || rt_open) {
+      pollfd pf[3] = {{out_r.get(), POLLIN, 0}, {err_r.get(), POLLIN, 0}, {rt_parent.get(), POLLIN, 0}};
+      ::poll(pf, 3, 20);
     }
   }
 
@@ -649,6 +755,12 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
     if (!removed.ok()) KILN_LOG_WARN("cgroup remove: {}", removed.error().ToString());
   }
 
+  r.outputs = cell.outputs();
+  r.error = cell.error();
+  r.execution_count = cell.execution_count();
+  r.outputs_dropped = cell.dropped();
+  r.policy_violation = cell.policy_violation();
+
   // --- The outcome: the first terminal cause wins.
   r.duration_ms = program_sent ? Ms(t_sent, t_exit) : 0;
   if (failure && !kill_reason) {
@@ -663,15 +775,29 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
     } else if (*kill_reason == Outcome::kCpuLimit) {
       r.reason = "cpu-time limit of " + FormatSeconds(limits.cpu_time_s);
     } else if (*kill_reason == Outcome::kOutputLimit) {
-      r.reason = "output passed " + FormatSize(limits.output_bytes) + " on " +
-                 (r.stdout_truncated ? "stdout" : "stderr");
+      r.reason = r.outputs_truncated
+                     ? "rich outputs passed " + FormatSize(kCellFrameBudget)
+                     : "output passed " + FormatSize(limits.output_bytes) + " on " +
+                           (r.stdout_truncated ? "stdout" : "stderr");
     }
+  } else if (protocol_error) {
+    r.outcome = Outcome::kProtocolError;
+    r.signal = SIGKILL;
+    r.reason = *protocol_error;
+  } else if (cell.reply_status() == "policy_violation" && cell.policy_violation()) {
+    const auto& v = *cell.policy_violation();
+    r.outcome = Outcome::kPolicyViolation;
+    r.exit_code = worker_status && WIFEXITED(*worker_status) ? WEXITSTATUS(*worker_status) : -1;
+    r.reason = v.message;
   } else if (worker_status) {
     const int ws = *worker_status;
     if (WIFEXITED(ws)) {
       r.exit_code = WEXITSTATUS(ws);
       r.outcome = r.exit_code == 0 ? Outcome::kOk : Outcome::kError;
       r.reason = r.exit_code == 0 ? "exited 0" : "exited " + std::to_string(r.exit_code);
+      if (r.exit_code != 0 && cell.error()) {
+        r.reason = cell.error()->name + ": " + cell.error()->value;
+      }
     } else if (WIFSIGNALED(ws)) {
       r.signal = WTERMSIG(ws);
       const bool cpu_spent = r.cpu_ms >= limits.cpu_time_s * 1e3;

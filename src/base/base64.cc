@@ -1,0 +1,42 @@
+#include "base/base64.h"
+
+namespace kiln {
+
+Result<std::string> Base64Decode(std::string_view text) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  std::string clean;
+  clean.reserve(text.size());
+  for (char c : text) {
+    if (c != ' ' && c != '\n' && c != '\r' && c != '\t') clean.push_back(c);
+  }
+  if (clean.size() % 4 != 0) return InvalidArgument("base64: length is not a multiple of 4");
+  std::string out;
+  out.reserve(clean.size() / 4 * 3);
+  for (size_t i = 0; i < clean.size(); i += 4) {
+    const bool last = i + 4 == clean.size();
+    const int pad = (clean[i + 3] == '=') + (clean[i + 2] == '=' && clean[i + 3] == '=');
+    if (pad > 0 && !last) return InvalidArgument("base64: padding before the end");
+    int v[4];
+    for (int k = 0; k < 4 - pad; ++k) {
+      v[k] = value(clean[i + k]);
+      if (v[k] < 0) return InvalidArgument("base64: invalid character");
+    }
+    if (clean[i] == '=' || clean[i + 1] == '=') return InvalidArgument("base64: bad padding");
+    const uint32_t n = (static_cast<uint32_t>(v[0]) << 18) | (static_cast<uint32_t>(v[1]) << 12) |
+                       (pad < 2 ? static_cast<uint32_t>(v[2]) << 6 : 0) |
+                       (pad < 1 ? static_cast<uint32_t>(v[3]) : 0);
+    out.push_back(static_cast<char>((n >> 16) & 0xff));
+    if (pad < 2) out.push_back(static_cast<char>((n >> 8) & 0xff));
+    if (pad < 1) out.push_back(static_cast<char>(n & 0xff));
+  }
+  return out;
+}
+
+}  // namespace kiln

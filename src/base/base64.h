@@ -1,0 +1,15 @@
+// Base64 (RFC 4648, standard alphabet) decoding for rich outputs the sandbox
+// sent: strict, so hostile input is an error rather than garbage bytes.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "base/result.h"
+
+namespace kiln {
+
+// Ignores ASCII whitespace; requires correct padding. kInvalidArgument otherwise.
+Result<std::string> Base64Decode(std::string_view text);
+
+}  // namespace kiln

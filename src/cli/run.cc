@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "base/units.h"
 #include "cli/commands.h"
+#include "config/config.h"
 #include "policy/policy.h"
 #include "supervisor/sandbox.h"
 
@@ -32,11 +33,25 @@ struct RunFlags {
   std::string code;
   bool code_set = false;
   std::string target;  // FILE or "-"
+  std::string config;
+  std::string profile = "default";
 };
 
 int UsageError(const std::string& message) {
   std::cerr << "kiln run: " << message << "\n";
   return kExitUsage;
+}
+
+// Policy errors name the field ("memory: ..."); on the command line, name the flag.
+std::string AsFlag(std::string message) {
+  static const std::pair<const char*, const char*> kFlags[] = {
+      {"timeout:", "--timeout:"}, {"cpu_time:", "--cpu-time:"},  {"memory:", "--memory:"},
+      {"cpus:", "--cpus:"},       {"pids:", "--pids:"},          {"output_limit:", "--output-limit:"},
+      {"disk:", "--disk:"},       {"file:", "--file:"}};
+  for (const auto& [field, flag] : kFlags) {
+    if (message.rfind(field, 0) == 0) return flag + message.substr(std::string(field).size());
+  }
+  return message;
 }
 
 void PrintRefusal(const Error& e, bool json) {
@@ -116,36 +131,50 @@ int DoRun(const RunFlags& f) {
     program.filename = slash == std::string::npos ? f.target : f.target.substr(slash + 1);
   }
 
-  // --- The policy: every flag is a builder call; the builder validates.
-  policy::PolicyBuilder b;
+  // --- The policy: the profile's defaults and maximums, the flags on top;
+  // every value goes through the builder, which validates.
+  config::Config loaded;
+  const config::Config* cfg = &config::BuiltinConfig();
+  if (!f.config.empty()) {
+    auto c = config::LoadConfigFile(f.config);
+    if (!c.ok()) return UsageError("--config: " + c.error().message);
+    loaded = std::move(*c);
+    cfg = &loaded;
+  }
+  auto profile = cfg->Find(f.profile);
+  if (!profile.ok()) return UsageError("--profile: " + profile.error().message);
+  config::LimitSpec request;
   if (!f.timeout.empty()) {
     auto s = ParseSeconds(f.timeout);
     if (!s.ok()) return UsageError("--timeout: " + s.error().message);
-    b.WallTimeout(*s);
+    request.timeout_s = *s;
   }
   if (!f.cpu_time.empty()) {
     auto s = ParseSeconds(f.cpu_time);
     if (!s.ok()) return UsageError("--cpu-time: " + s.error().message);
-    b.CpuTime(*s);
+    request.cpu_time_s = *s;
   }
   struct SizeFlag {
     const std::string& text;
     const char* name;
-    void (*apply)(policy::PolicyBuilder&, uint64_t);
+    std::optional<uint64_t>* target;
   };
   const SizeFlag sizes[] = {
-      {f.memory, "--memory", [](policy::PolicyBuilder& pb, uint64_t v) { pb.Memory(v); }},
-      {f.output_limit, "--output-limit", [](policy::PolicyBuilder& pb, uint64_t v) { pb.OutputLimit(v); }},
-      {f.disk, "--disk", [](policy::PolicyBuilder& pb, uint64_t v) { pb.Disk(v); }},
+      {f.memory, "--memory", &request.memory_bytes},
+      {f.output_limit, "--output-limit", &request.output_bytes},
+      {f.disk, "--disk", &request.disk_bytes},
   };
   for (const auto& s : sizes) {
     if (s.text.empty()) continue;
     auto v = ParseSize(s.text);
     if (!v.ok()) return UsageError(std::string(s.name) + ": " + v.error().message);
-    s.apply(b, *v);
+    *s.target = *v;
   }
-  if (f.cpus_set) b.Cpus(f.cpus);
-  if (f.pids != 0) b.Pids(f.pids);
+  if (f.cpus_set) request.cpus = f.cpus;
+  if (f.pids != 0) request.pids = f.pids;
+  auto builder = config::PolicyFor(**profile, request);
+  if (!builder.ok()) return UsageError(AsFlag(builder.error().message));
+  policy::PolicyBuilder& b = *builder;
   for (const auto& spec : f.files) {
     // HOST[:NAME]: the last ':' splits, unless what follows it has a '/'
     // (then it is part of the host path).
@@ -164,7 +193,7 @@ int DoRun(const RunFlags& f) {
   // rlimits and say so. As root (the deployment), cgroups are required.
   if (::geteuid() != 0) b.CgroupRequirement(policy::Requirement::kBestEffort);
   auto built = b.Build();
-  if (!built.ok()) return UsageError(built.error().message);
+  if (!built.ok()) return UsageError(AsFlag(built.error().message));
 
   auto host = supervisor::LoadHostContext();
   if (!host.ok()) {
@@ -219,6 +248,8 @@ void RegisterRun(CLI::App& app, Action* action) {
   run->add_option("--file", flags->files, "HOST[:NAME]: copy a host file into the workspace");
   run->add_option("--collect", flags->collect, "Copy the workspace's files here afterwards");
   run->add_flag("--json", flags->json, "Print one JSON object with the whole result");
+  run->add_option("--config", flags->config, "kiln.toml with the profiles (default: built-in)");
+  run->add_option("--profile", flags->profile, "Profile to run under (default: 'default')");
   run->add_option("-c", flags->code, "Program text")
       ->each([flags](const std::string&) { flags->code_set = true; });
   run->add_option("target", flags->target, "FILE to run, or - for stdin");

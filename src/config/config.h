@@ -1,0 +1,64 @@
+// kiln.toml: profiles (interpreter, preload modules, import policy, default
+// and maximum limits, extra read-only mounts, rich-output caps), read with
+// toml++. Unknown keys and bad values are errors that name the key and its
+// line. Every front-end turns a profile plus a request into PolicyBuilder
+// calls through BuildPolicy, so validation stays in one place (P9).
+//
+// The repository's kiln.toml is compiled into the binary as the built-in
+// configuration (BuiltinConfig), so kiln works with no file at all.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+#include "policy/policy.h"
+
+namespace kiln::config {
+
+// Limits a profile sets by default or as a ceiling, and a request asks for.
+struct LimitSpec {
+  std::optional<double> timeout_s;
+  std::optional<double> cpu_time_s;
+  std::optional<uint64_t> memory_bytes;
+  std::optional<double> cpus;
+  std::optional<uint64_t> pids;
+  std::optional<uint64_t> output_bytes;
+  std::optional<uint64_t> disk_bytes;
+};
+
+struct Profile {
+  std::string name;
+  std::string interpreter = "/usr/bin/python3";
+  std::vector<std::string> preload;
+  policy::ImportPolicy imports;
+  std::vector<std::string> mounts;
+  std::optional<uint64_t> max_images;
+  std::optional<uint64_t> max_image_bytes;
+  LimitSpec defaults;
+  LimitSpec max;
+};
+
+struct Config {
+  std::string source;  // file name, or "built-in"
+  std::map<std::string, Profile> profiles;
+  Result<const Profile*> Find(std::string_view name) const;
+};
+
+// Parses TOML text; `source` names it in errors ("kiln.toml:12: ...").
+Result<Config> ParseConfig(std::string_view text, std::string source);
+Result<Config> LoadConfigFile(const std::string& path);
+// The repository's kiln.toml, embedded at build time.
+const Config& BuiltinConfig();
+std::string_view BuiltinConfigText();
+
+// The profile's defaults, overridden by `request` where it says something;
+// a request over the profile's maximum is kInvalidArgument naming the field
+// ("memory: 8 GiB is over the profile's maximum of 4 GiB"). The builder is
+// returned unbuilt so front-ends can add their own calls (files, ...).
+Result<policy::PolicyBuilder> PolicyFor(const Profile& profile, const LimitSpec& request);
+
+}  // namespace kiln::config

@@ -1,0 +1,97 @@
+#include "config/config.h"
+
+#include <gtest/gtest.h>
+
+namespace kiln::config {
+namespace {
+
+TEST(Config, BuiltinParsesAndHasTheShippedProfiles) {
+  const Config& c = BuiltinConfig();
+  ASSERT_TRUE(c.Find("default").ok());
+  auto strict = c.Find("strict");
+  ASSERT_TRUE(strict.ok());
+  EXPECT_EQ((*strict)->imports.mode, policy::ImportPolicy::Mode::kDenylist);
+  EXPECT_EQ((*strict)->imports.modules, policy::StrictDenylist());
+  EXPECT_TRUE(c.Find("datascience").ok());
+  auto missing = c.Find("nope");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("strict"), std::string::npos);  // lists the known ones
+}
+
+TEST(Config, UnknownKeysNameTheKeyAndLine) {
+  auto c = ParseConfig("[profiles.a]\ninterpreter = \"/usr/bin/python3\"\nmemroy = \"1g\"\n", "t.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().message.find("t.toml:3"), std::string::npos) << c.error().message;
+  EXPECT_NE(c.error().message.find("profiles.a.memroy"), std::string::npos) << c.error().message;
+  auto top = ParseConfig("[server]\nx = 1\n", "t.toml");
+  ASSERT_FALSE(top.ok());
+  EXPECT_NE(top.error().message.find("server"), std::string::npos);
+  auto lim = ParseConfig("[profiles.a.defaults]\nmemory = \"1g\"\nspeed = 3\n", "t.toml");
+  ASSERT_FALSE(lim.ok());
+  EXPECT_NE(lim.error().message.find("profiles.a.defaults.speed"), std::string::npos);
+}
+
+TEST(Config, BadValuesNameTheKey) {
+  struct Case {
+    const char* toml;
+    const char* key;
+  } cases[] = {
+      {"[profiles.a.defaults]\nmemory = \"12parsecs\"\n", "profiles.a.defaults.memory"},
+      {"[profiles.a.defaults]\ntimeout = -3\n", "profiles.a.defaults.timeout"},
+      {"[profiles.a.defaults]\npids = 1.5\n", "profiles.a.defaults.pids"},
+      {"[profiles.a]\nimport_policy = \"maybe\"\n", "profiles.a.import_policy"},
+      {"[profiles.a]\npreload = \"numpy\"\n", "profiles.a.preload"},
+      {"[profiles.a]\npreload = [1]\n", "profiles.a.preload"},
+      {"[profiles.a]\nmodules = [\"os\"]\n", "profiles.a.modules"},
+      {"[profiles.a]\ninterpreter = \"python3\"\n", "interpreter"},
+      {"[profiles.a]\npreload = [\"not a module\"]\n", "preload"},
+      {"[profiles.a]\nmounts = [\"/proc\"]\n", "mounts"},
+      {"[profiles.a.defaults]\nmemory = \"1m\"\n", "memory"},
+      {"profiles = 3\n", "profiles"},
+      {"[profiles.a\n", "t.toml:1"},
+  };
+  for (const auto& c : cases) {
+    auto r = ParseConfig(c.toml, "t.toml");
+    ASSERT_FALSE(r.ok()) << c.toml;
+    EXPECT_NE(r.error().message.find(c.key), std::string::npos) << c.toml << " -> " << r.error().message;
+  }
+}
+
+TEST(Config, DefaultsAndMaximums) {
+  auto c = ParseConfig(R"(
+[profiles.p]
+[profiles.p.defaults]
+timeout = "10s"
+memory = "256m"
+[profiles.p.max]
+timeout = 20
+memory = "1g"
+)", "t.toml");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  const Profile& p = c->profiles.at("p");
+  auto b = PolicyFor(p, {});
+  ASSERT_TRUE(b.ok());
+  auto pol = b->Build();
+  ASSERT_TRUE(pol.ok());
+  EXPECT_DOUBLE_EQ(pol->limits().wall_timeout_s, 10);
+  EXPECT_EQ(pol->limits().memory_bytes, 256u << 20);
+
+  LimitSpec req;
+  req.memory_bytes = 512u << 20;
+  auto b2 = PolicyFor(p, req);
+  ASSERT_TRUE(b2.ok());
+  EXPECT_EQ(b2->Build()->limits().memory_bytes, 512u << 20);
+
+  req.memory_bytes = 2ULL << 30;
+  auto over = PolicyFor(p, req);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.error().message, "memory: 2 GiB is over the profile's maximum of 1 GiB");
+  LimitSpec t;
+  t.timeout_s = 30;
+  auto over_t = PolicyFor(p, t);
+  ASSERT_FALSE(over_t.ok());
+  EXPECT_EQ(over_t.error().message.rfind("timeout:", 0), 0u);
+}
+
+}  // namespace
+}  // namespace kiln::config

@@ -47,7 +47,9 @@ std::optional<std::string> CellOutputs::result_text() const {
 
 Result<CellOutputs::FrameVerdict> CellOutputs::OnFrame(const nlohmann::json& f, size_t wire_bytes) {
   frame_bytes_ += wire_bytes;
-  if (frame_bytes_ > frame_budget_) return FrameVerdict::kOverBudget;
+  if (frame_bytes_ > frame_budget_ || outputs_.size() >= kMaxOutputsPerCell) {
+    return FrameVerdict::kOverBudget;
+  }
   KILN_ASSIGN_OR_RETURN(std::string type, ipc::GetString(f, "type"));
   if (replied()) return InvalidArgument("frame '" + type + "' after the cell's execute_reply");
   KILN_TRY(CheckCell(f));

@@ -32,6 +32,9 @@ struct PolicyViolationInfo {
   std::string message;
 };
 
+// Outputs of one cell at most (each stream chunk merge counts once).
+inline constexpr size_t kMaxOutputsPerCell = 10000;
+
 class CellOutputs final {
  public:
   CellOutputs(int64_t cell, const policy::DisplayLimits& limits, uint64_t frame_budget);

@@ -259,6 +259,7 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
   // The runtime directory is detached by open_tree in the child before the
   // staging root covers /tmp, so it may live anywhere (mount_ns.h).
   layout.runtime_dir = host.runtime_dir;
+  layout.extra_ro_paths = policy.extra_ro_mounts();
   KILN_ASSIGN_OR_RETURN(isolation::MountPlan mounts, isolation::BuildMountPlan(layout));
 
   KILN_ASSIGN_OR_RETURN(isolation::UidSlot slot, isolation::UidSlot::Acquire(host.slot_lock_dir));
@@ -724,6 +725,11 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
     }
   }
 
+  if (frames.pending() > 0 && !protocol_error && !kill_reason && !failure) {
+    protocol_error = "the runtime's channel ended inside a frame (" +
+                     std::to_string(frames.pending()) + " bytes of a truncated frame)";
+  }
+
   // Accounting, then make sure nothing is left in the cgroup and remove it.
   r.cpu_ms = (static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
               static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3);
@@ -776,7 +782,8 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
       r.reason = "cpu-time limit of " + FormatSeconds(limits.cpu_time_s);
     } else if (*kill_reason == Outcome::kOutputLimit) {
       r.reason = r.outputs_truncated
-                     ? "rich outputs passed " + FormatSize(kCellFrameBudget)
+                     ? "rich outputs passed " + FormatSize(kCellFrameBudget) + " or " +
+                           std::to_string(kMaxOutputsPerCell) + " outputs"
                      : "output passed " + FormatSize(limits.output_bytes) + " on " +
                            (r.stdout_truncated ? "stdout" : "stderr");
     }

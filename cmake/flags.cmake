@@ -33,6 +33,9 @@ function(kiln_test name label)
   add_executable(${name} ${K_SOURCES})
   target_link_libraries(${name} PRIVATE kiln_flags GTest::gtest GTest::gtest_main ${K_DEPS})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
-  gtest_discover_tests(${name} PROPERTIES LABELS ${label} DISCOVERY_TIMEOUT 30
+  # DISCOVERY_TIMEOUT is an argument of gtest_discover_tests, not a test
+  # property: inside PROPERTIES it would end the list and drop ENVIRONMENT.
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 30
+    PROPERTIES LABELS ${label}
     ENVIRONMENT "KILN_BIN=$<TARGET_FILE:kiln>;KILN_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()

@@ -185,7 +185,13 @@ int DoRun(const RunFlags& f) {
       name = spec.substr(colon + 1);
     }
     if (::access(host.c_str(), R_OK) != 0) {
-      return UsageError("--file: cannot read '" + host + "': " + std::strerror(errno));
+      const int err = errno;
+      const auto c = spec.rfind(':');
+      if (c != std::string::npos && host == spec && ::access(spec.substr(0, c).c_str(), R_OK) == 0) {
+        return UsageError("--file: NAME '" + spec.substr(c + 1) +
+                          "' must be a single file name (no '/')");
+      }
+      return UsageError("--file: cannot read '" + host + "': " + std::strerror(err));
     }
     b.AddFile(host, name);
   }

@@ -199,7 +199,11 @@ Result<MountPlan> BuildMountPlan(const MountLayout& layout) {
   // A fresh /proc for the new pid namespace, with the entries that reveal or
   // poke the host masked (as runc and Docker do).
   b.Mkdir("/proc", SetupStep::kMountProc);
-  b.Op(MountOpKind::kProc, SetupStep::kMountProc, "", "/proc", MS_NOSUID | MS_NODEV | MS_NOEXEC);
+  // hidepid=ptraceable (Linux 5.8): a process the program may not ptrace is
+  // invisible, so pid 1 (kiln's init, not dumpable) and its command line,
+  // which names the host's kiln binary, do not show.
+  plan.Add({MountOpKind::kProc, SetupStep::kMountProc, nullptr, plan.Intern(b.T("/proc")),
+            MS_NOSUID | MS_NODEV | MS_NOEXEC, plan.Intern("hidepid=ptraceable"), 0, -1, 0});
   for (const char* f : {"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug",
                         "/proc/latency_stats", "/proc/sysrq-trigger", "/proc/kallsyms",
                         "/proc/kmsg", "/proc/config.gz", "/proc/vmallocinfo", "/proc/slabinfo",
@@ -304,7 +308,7 @@ int ApplyOne(const MountOp& op) {
     case MountOpKind::kTmpfs:
       return ::mount("tmpfs", op.target, "tmpfs", op.flags, op.data);
     case MountOpKind::kProc:
-      return ::mount("proc", op.target, "proc", op.flags, nullptr);
+      return ::mount("proc", op.target, "proc", op.flags, op.data);
     case MountOpKind::kRemountRo:
       return ::mount(nullptr, op.target, nullptr, MS_REMOUNT | MS_RDONLY | op.flags, nullptr);
     case MountOpKind::kSymlink:

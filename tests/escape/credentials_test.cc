@@ -1,0 +1,72 @@
+// Escape tier: what the program is. No capability in any set, no_new_privs,
+// a seccomp filter, uid/gid 1000 with no supplementary groups, and its own
+// hostname. Read from /proc/self/status, as an attacker would check.
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "testlib/kiln_runner.h"
+
+namespace kiln::testing {
+namespace {
+
+class CredentialsEscape : public SandboxTest {};
+
+TEST_F(CredentialsEscape, NoCapabilitiesNoNewPrivsAndAFilter) {
+  // Layers: caps (every set and the bounding set cleared before exec, so
+  // execve of a setuid or file-capability binary grants nothing), then
+  // PR_SET_NO_NEW_PRIVS, then seccomp in filter mode (2).
+  const JsonRun r = RunProbe(R"PY(
+fields = {}
+for line in open("/proc/self/status"):
+    key, _, value = line.partition(":")
+    fields[key] = value.strip()
+for key in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp"):
+    print(key, fields.get(key, "<missing>"))
+)PY");
+  ASSERT_EQ(r.status(), "ok") << r.Describe();
+  EXPECT_EQ(r.out(),
+            "CapInh 0000000000000000\n"
+            "CapPrm 0000000000000000\n"
+            "CapEff 0000000000000000\n"
+            "CapBnd 0000000000000000\n"
+            "CapAmb 0000000000000000\n"
+            "NoNewPrivs 1\n"
+            "Seccomp 2\n")
+      << r.Describe();
+}
+
+TEST_F(CredentialsEscape, UidAndGidAre1000WithNoGroups) {
+  // Layer: user namespace (uid/gid maps of one id each) + setresuid/setgroups.
+  const JsonRun r = RunProbe(R"PY(
+print("uid", os.getresuid())
+print("gid", os.getresgid())
+print("groups", os.getgroups())
+attempt("setuid(0)", lambda: os.setuid(0))
+attempt("setgid(0)", lambda: os.setgid(0))
+)PY");
+  ASSERT_EQ(r.status(), "ok") << r.Describe();
+  // setuid(0)/setgid(0): the maps hold only 1000, so 0 has no kernel id in
+  // this namespace: EINVAL, before the kernel even asks for CAP_SETUID.
+  EXPECT_EQ(r.out(),
+            "uid (1000, 1000, 1000)\n"
+            "gid (1000, 1000, 1000)\n"
+            "groups []\n"
+            "setuid(0): EINVAL\n"
+            "setgid(0): EINVAL\n")
+      << r.Describe();
+}
+
+TEST_F(CredentialsEscape, HostnameIsKilnAndCannotBeChanged) {
+  // Layer: UTS namespace; sethostname is also on seccomp's deny list (EPERM).
+  const JsonRun r = RunProbe(R"PY(
+import socket
+print("hostname", socket.gethostname(), os.uname().nodename)
+attempt("sethostname", lambda: socket.sethostname("pwned"))
+)PY");
+  ASSERT_EQ(r.status(), "ok") << r.Describe();
+  EXPECT_EQ(r.out(), "hostname kiln kiln\nsethostname: EPERM\n") << r.Describe();
+}
+
+}  // namespace
+}  // namespace kiln::testing

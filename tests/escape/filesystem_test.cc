@@ -1,0 +1,262 @@
+// Escape tier: the filesystem. Each test attempts one act inside `kiln run`
+// and asserts exactly how it was refused, naming the layer that refused it.
+//
+// The sandbox's tree (src/isolation/mount_ns.cc): a 1 MiB tmpfs root
+// (read-only after pivot_root) holding only mount points and a few /etc files;
+// /usr and the merged-/usr symlinks bound read-only; a fresh /proc with masks;
+// a /dev tmpfs with five bound device nodes; /tmp (64 MiB), /workspace (--disk)
+// and /dev/shm tmpfs, all noexec. Landlock allows writes only beneath the
+// writable mounts.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "testlib/kiln_runner.h"
+
+namespace kiln::testing {
+namespace {
+
+class FilesystemEscape : public SandboxTest {};
+
+// "ENOSPC total=123" -> the byte count; -1 when the line does not parse.
+long long TotalFrom(const std::string& out) {
+  const auto pos = out.find("total=");
+  if (pos == std::string::npos) return -1;
+  return std::atoll(out.c_str() + pos + 6);
+}
+
+TEST_F(FilesystemEscape, HostShadowFileIsNotInTheTree) {
+  // Layer: mount namespace. The sandbox's /etc is a tmpfs with a handful of
+  // generated files; the host's /etc/shadow is simply not there, so the
+  // answer is ENOENT, not EACCES (which would reveal that it exists).
+  ASSERT_TRUE(std::filesystem::exists("/etc/shadow")) << "the host has no /etc/shadow to hide";
+  const JsonRun r = RunProbe(R"PY(
+attempt("open /etc/shadow", lambda: open("/etc/shadow", "rb").read())
+attempt("stat /etc/shadow", lambda: os.stat("/etc/shadow"))
+)PY");
+  ASSERT_EQ(r.status(), "ok") << r.Describe();
+  EXPECT_EQ(r.out(), "open /etc/shadow: ENOENT\nstat /etc/shadow: ENOENT\n") << r.Describe();
+}
+
+TEST_F(FilesystemEscape, HostRootHomeIsNotInTheTree) {
+  // Layer: mount namespace. The root is a fresh tmpfs; no /root mount point.
+  ASSERT_TRUE(std::filesystem::is_directory("/root")) << "the host has no /root to hide";
+  const JsonRun r = RunProbe(R"PY(
+attempt("listdir /root", lambda: os.listdir("/root"))
+attempt("open /root/.bashrc", lambda: open("/root/.bashrc", "rb"))
+)PY");
+  ASSERT_EQ(r.status(), "ok") << r.Describe();
+  EXPECT_EQ(r.out(), "listdir /root: ENOENT\nopen /root/.bashrc: ENOENT\n") << r.Describe();
+}
+
+TEST_F(FilesystemEscape, CreatingUnderUsrIsReadOnlyFilesystem) {
+  // Layer: the read-only bind of /usr (MS_RDONLY on the mount). For a call
+  // that creates, renames or removes, the VFS takes mnt_want_write() before
+  // any permission or LSM hook, so the mount answers first: EROFS, even though
+  // DAC (root-owned directories) and Landlock would refuse too.
+  const std::string name = UniqueMarker("kiln-escape-usr");
+  const JsonRun r = RunProbe("NAME = '" + name + R"PY('
+attempt("create /usr/NAME", lambda: open("/usr/" + NAME, "w"))
+attempt("mkdir /usr/lib/NAME", lambda: os.mkdir("/usr/lib/" + NAME))
+attempt("unlink /usr/bin/true", lambda: os.unlink("/usr/bin/true"))
+attempt("rename /usr/bin/true", lambda: os.rename("/usr/bin/true", "/usr/bin/" + NAME))
+attempt("chmod /usr/bin/true", lambda: os.chmod("/usr/bin/true", 0o777))
+)PY");
+  ASSERT_EQ(r.status(), "ok") << r.Describe();
+  EXPECT_EQ(r.out(),
+            "create /usr/NAME: EROFS\n"
+            "mkdir /usr/lib/NAME: EROFS\n"
+            "unlink /usr/bin/true: EROFS\n"
+            "rename /usr/bin/true: EROFS\n"
+            "chmod /usr/bin/true: EROFS\n")
+      << r.Describe();
+  EXPECT_FALSE(std::filesystem::exists("/usr/" + name));
+  EXPECT_TRUE(std::filesystem::exists("/usr/bin/true"));
+}
+
+TEST_F(FilesystemEscape, OpeningAnExistingUsrFileForWriteIsAccessDenied) {
+  // Layer: DAC. Opening an existing file for writing checks inode permission
+  // (root-owned 0755, we are uid 1000) before the mount's read-only flag
+  // (mnt_want_write comes later in do_open), so this one is EACCES, not EROFS.
+  const JsonRun r = RunProbe(R"PY(
+attempt("append /usr/bin/true", lambda: open("/usr/bin/true", "ab"))
+attempt("write /etc/passwd", lambda: open("/etc/passwd", "r+b"))
+)PY");
+  ASSERT_EQ(r.status(), "ok") << r.Describe();
+  EXPECT_EQ(r.out(), "append /usr/bin/true: EACCES\nwrite /etc/passwd: EACCES\n") << r.Describe();
+}
+
+TEST_F(FilesystemEscape, RootOfTheTreeIsReadOnly) {
+  // Layer: the root tmpfs is remounted read-only after pivot_root
+  // (SetupStep kRemountRootRo): a new top-level entry is EROFS.
+  const JsonRun r = RunProbe(R"PY(
+attempt("create /planted", lambda: open("/planted", "w"))
+attempt("mkdir /planted", lambda: os.mkdir("/planted"))
+)PY");
+  ASSERT_EQ(r.status(), "ok") << r.Describe();
+  EXPECT_EQ(r.out(), "create /planted: EROFS\nmkdir /planted: EROFS\n") << r.Describe();
+}
+
+TEST_F(FilesystemEscape, HostTmpIsInvisibleAndSandboxTmpStaysInside) {
+  // Layer: mount namespace; the sandbox's /tmp is its own tmpfs. A file planted
+  // in the host's /tmp is not visible inside, and a file written to /tmp
+  // inside never reaches the host's /tmp.
+  const std::string planted = UniqueMarker("kiln-escape-planted");
+  const std::string inside = UniqueMarker("kiln-escape-inside");
+  WriteFile("/tmp/" + planted, "host secret\n");
+  ASSERT_TRUE(std::filesystem::exists("/tmp/" + planted));
+  const JsonRun r = RunProbe("PLANTED = '" + planted + "'\nINSIDE = '" + inside + R"PY('
+print("planted exists:", os.path.exists("/tmp/" + PLANTED))
+print("planted listed:", PLANTED in os.listdir("/tmp"))
+attempt("open planted", lambda: open("/tmp/" + PLANTED))
+def write_inside():
+    with open("/tmp/" + INSIDE, "w") as f:
+        f.write("from the sandbox\n")
+attempt("write inside", write_inside)
+print("inside exists:", os.path.exists("/tmp/" + INSIDE))
+)PY");
+  std::filesystem::remove("/tmp/" + planted);
+  ASSERT_EQ(r.status(), "ok") << r.Describe();
+  EXPECT_EQ(r.out(),
+            "planted exists: False\n"
+            "planted listed: False\n"
+            "open planted: ENOENT\n"
+            "write inside: OK\n"
+            "inside exists: True\n")
+      << r.Describe();
+  EXPECT_FALSE(std::filesystem::exists("/tmp/" + inside))
+      << "a file written to /tmp inside the sandbox appeared in the host's /tmp";
+}
+
+TEST_F(FilesystemEscape, FillingTmpStopsAtItsCapWithENOSPC) {
+  // Layer: the size= option of the /tmp tmpfs (64 MiB). Files of 8 MiB stay
+  // below RLIMIT_FSIZE (the --disk size, 128 MiB by default), so the tmpfs
+  // cap is what stops the writes.
+  const std::string code =
+      ReplaceAll(ReplaceAll(ReadProbe("fill_fs.py"), "@DIR@", "/tmp"), "@FILE_MIB@", "8");
+  const JsonRun r = RunProbe(code);
+  ASSERT_EQ(r.status(), "ok") << r.Describe();
+  ASSERT_EQ(r.out().rfind("ENOSPC total=", 0), 0u) << r.Describe();
+  const long long total = TotalFrom(r.out());
+  constexpr long long kCap = 64LL << 20;
+  // The matplotlib font cache already lives in /tmp, so a little less fits.
+  EXPECT_LE(total, kCap) << r.Describe();
+  EXPECT_GE(total, kCap - (4LL << 20)) << r.Describe();
+}
+
+TEST_F(FilesystemEscape, FillingTheWorkspaceStopsAtDiskWithENOSPC) {
+  // Layer: the size= option of the /workspace tmpfs (--disk 8m). Files of
+  // 1 MiB each, so RLIMIT_FSIZE (also 8 MiB) cannot be what stops them.
+  const std::string code =
+      ReplaceAll(ReplaceAll(ReadProbe("fill_fs.py"), "@DIR@", "/workspace"), "@FILE_MIB@", "1");
+  const JsonRun r = RunProbe(code, {"--disk", "8m"});
+  ASSERT_EQ(r.status(), "ok") << r.Describe();
+  ASSERT_EQ(r.out().rfind("ENOSPC total=", 0), 0u) << r.Describe();
+  const long long total = TotalFrom(r.out());
+  EXPECT_LE(total, 8LL << 20) << r.Describe();
+  EXPECT_GE(total, 7LL << 20) << r.Describe();
+}
+
+TEST_F(FilesystemEscape, OneFileLargerThanDiskIsEFBIG) {
+  // Layer: RLIMIT_FSIZE (set to the --disk size, src/isolation/rlimits.cc).
+  // A single file hits the rlimit exactly at the cap, before the tmpfs is full;
+  // Python ignores SIGXFSZ, so the write fails with EFBIG instead of killing.
+  const std::string code =
+      ReplaceAll(ReplaceAll(ReadProbe("fill_fs.py"), "@DIR@", "/workspace"), "@FILE_MIB@", "64");
+  const JsonRun r = RunProbe(code, {"--disk", "8m"});
+  ASSERT_EQ(r.status(), "ok") << r.Describe();
+  EXPECT_EQ(r.out(), "EFBIG total=" + std::to_string(8LL << 20) + "\n") << r.Describe();
+}
+
+TEST_F(FilesystemEscape, WritableMountsAreNoexec) {
+  // Layer: MS_NOEXEC on /tmp, /workspace and /dev/shm: execve of a copied
+  // binary is EACCES (PermissionError). The same binary runs from /usr, so the
+  // refusal is the mount flag, not the file.
+  const JsonRun r = RunProbe(R"PY(
+import shutil, subprocess
+print("from /usr:", subprocess.run(["/usr/bin/true"]).returncode)
+for d in ("/tmp", "/workspace", "/dev/shm"):
+    path = d + "/true-copy"
+    shutil.copy("/usr/bin/true", path)
+    os.chmod(path, 0o755)
+    try:
+        subprocess.run([path])
+        print(d + ": ran")
+    except PermissionError as e:
+        print(d + ": PermissionError " + errname(e.errno))
+)PY");
+  ASSERT_EQ(r.status(), "ok") << r.Describe();
+  EXPECT_EQ(r.out(),
+            "from /usr: 0\n"
+            "/tmp: PermissionError EACCES\n"
+            "/workspace: PermissionError EACCES\n"
+            "/dev/shm: PermissionError EACCES\n")
+      << r.Describe();
+}
+
+TEST_F(FilesystemEscape, DevHoldsOnlyTheHarmlessNodes) {
+  // Layer: the /dev tmpfs (read-only) with five bound nodes; device nodes
+  // cannot be created in a user namespace, so nothing else can appear.
+  const JsonRun r = RunProbe(R"PY(
+print(" ".join(sorted(os.listdir("/dev"))))
+fd = os.open("/dev/null", os.O_WRONLY)
+print("write /dev/null:", os.write(fd, b"hello"))
+os.close(fd)
+attempt("mknod /dev/sda", lambda: os.mknod("/dev/sda", 0o600 | 0o060000, os.makedev(8, 0)))
+attempt("mknod /tmp/mem", lambda: os.mknod("/tmp/mem", 0o600 | 0o020000, os.makedev(1, 1)))
+attempt("mkfifo /tmp/fifo", lambda: os.mkfifo("/tmp/fifo"))
+)PY");
+  ASSERT_EQ(r.status(), "ok") << r.Describe();
+  // /dev is a read-only tmpfs: EROFS (the mount, before anything else).
+  // In the writable /tmp, a device node is refused by Landlock, which grants
+  // MAKE_CHAR/MAKE_BLOCK nowhere: EACCES from security_path_mknod, which runs
+  // before vfs_mknod's CAP_MKNOD check (EPERM). A FIFO in the same directory
+  // is allowed, so neither DAC nor the mount is what refused the device.
+  EXPECT_EQ(r.out(),
+            "fd full null random shm stderr stdin stdout urandom zero\n"
+            "write /dev/null: 5\n"
+            "mknod /dev/sda: EROFS\n"
+            "mknod /tmp/mem: EACCES\n"
+            "mkfifo /tmp/fifo: OK\n")
+      << r.Describe();
+}
+
+TEST_F(FilesystemEscape, SensitiveProcFilesAreMasked) {
+  // Layer: mount namespace. /proc entries that reveal or poke the host are
+  // covered with /dev/null (files) or an empty read-only tmpfs (directories),
+  // as runc does. A file the host kernel does not have must stay absent.
+  const char* files[] = {"kcore", "keys", "timer_list", "kallsyms", "kmsg", "sysrq-trigger"};
+  std::string code = "for name in [";
+  std::string expected;
+  for (const char* f : files) {
+    code += std::string("'") + f + "',";
+    const bool on_host = std::filesystem::exists(std::string("/proc/") + f);
+    expected += std::string(f) + (on_host ? ": masked\n" : ": ENOENT\n");
+  }
+  code += R"PY(]:
+    try:
+        st = os.stat("/proc/" + name)
+        with open("/proc/" + name, "rb") as f:
+            data = f.read()
+        null = os.stat("/dev/null").st_rdev
+        print(name + (": masked" if st.st_rdev == null and data == b"" else ": READABLE"))
+    except OSError as e:
+        print(name + ": " + errname(e.errno))
+for d in ("sys", "fs", "irq", "bus", "acpi"):
+    print(d + ":", os.listdir("/proc/" + d))
+attempt("write /proc/sys/kernel/hostname", lambda: open("/proc/sys/kernel/hostname", "w"))
+)PY";
+  expected +=
+      "sys: []\nfs: []\nirq: []\nbus: []\nacpi: []\n"
+      "write /proc/sys/kernel/hostname: ENOENT\n";
+  const JsonRun r = RunProbe(code);
+  ASSERT_EQ(r.status(), "ok") << r.Describe();
+  EXPECT_EQ(r.out(), expected) << r.Describe();
+}
+
+}  // namespace
+}  // namespace kiln::testing

@@ -1,0 +1,209 @@
+// Escape tier: system calls the seccomp filter denies (src/isolation/seccomp.cc,
+// kDeniedCalls: SCMP_ACT_ERRNO(EPERM)), and the foreign ABIs it kills
+// (SCMP_FLTATR_ACT_BADARCH = KILL_PROCESS).
+//
+// EPERM alone does not prove that seccomp answered: the dropped capabilities
+// give EPERM for most of these too. So each case also makes the call with
+// arguments for which the kernel itself would answer differently (success,
+// EFAULT or EINVAL), as bubblewrap's try-syscall.c does: only the filter,
+// which looks at the syscall number before any argument, says EPERM to both.
+// x86_64 syscall numbers.
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "testlib/kiln_runner.h"
+
+namespace kiln::testing {
+namespace {
+
+struct DeniedCall {
+  const char* name;      // test name
+  const char* code;      // Python lines printing "<label>: <ERRNO>"
+  const char* expected;  // exact stdout
+};
+
+class DeniedSyscallEscape : public SandboxTest, public ::testing::WithParamInterface<DeniedCall> {};
+
+TEST_P(DeniedSyscallEscape, IsEPERMFromSeccomp) {
+  const DeniedCall& c = GetParam();
+  const JsonRun r = RunProbe(c.code);
+  ASSERT_EQ(r.status(), "ok") << r.Describe();
+  EXPECT_EQ(r.out(), c.expected) << r.Describe();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Calls, DeniedSyscallEscape,
+    ::testing::Values(
+        // The kernel: EPERM without CAP_SYS_ADMIN; with a NULL target, EFAULT
+        // (the path is copied before the capability check).
+        DeniedCall{"mount", R"PY(
+libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_void_p]
+ctypes.set_errno(0)
+rc = libc.mount(b"none", b"/tmp", b"tmpfs", 0, None)
+print("mount tmpfs on /tmp:", "OK" if rc == 0 else errname(ctypes.get_errno()))
+report_syscall("mount NULL target", 165, 0, 0, 0, 0, 0)
+)PY",
+                   "mount tmpfs on /tmp: EPERM\nmount NULL target: EPERM\n"},
+        // The kernel: a nested user namespace could well be allowed; and
+        // unshare(0) always succeeds.
+        DeniedCall{"unshare", R"PY(
+CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x00020000
+ctypes.set_errno(0)
+rc = libc.unshare(CLONE_NEWUSER | CLONE_NEWNS)
+print("unshare(NEWUSER|NEWNS):", "OK" if rc == 0 else errname(ctypes.get_errno()))
+ctypes.set_errno(0)
+rc = libc.unshare(0)
+print("unshare(0):", "OK" if rc == 0 else errname(ctypes.get_errno()))
+)PY",
+                   "unshare(NEWUSER|NEWNS): EPERM\nunshare(0): EPERM\n"},
+        // The kernel: setns on our own net namespace needs CAP_SYS_ADMIN
+        // (EPERM); on fd 0 (/dev/null, not a namespace) it is EINVAL.
+        DeniedCall{"setns", R"PY(
+fd = os.open("/proc/self/ns/net", os.O_RDONLY)
+ctypes.set_errno(0)
+rc = libc.setns(fd, 0x40000000)
+print("setns(own netns):", "OK" if rc == 0 else errname(ctypes.get_errno()))
+ctypes.set_errno(0)
+rc = libc.setns(0, 0)
+print("setns(/dev/null):", "OK" if rc == 0 else errname(ctypes.get_errno()))
+)PY",
+                   "setns(own netns): EPERM\nsetns(/dev/null): EPERM\n"},
+        // glibc has no pivot_root wrapper. The kernel: EPERM without
+        // CAP_SYS_ADMIN; NULL paths, EFAULT.
+        DeniedCall{"pivot_root", R"PY(
+report_syscall("pivot_root(/tmp, /tmp)", 155, cstr("/tmp"), cstr("/tmp"))
+report_syscall("pivot_root(NULL, NULL)", 155, 0, 0)
+)PY",
+                   "pivot_root(/tmp, /tmp): EPERM\npivot_root(NULL, NULL): EPERM\n"},
+        // The kernel: attaching to init (non-dumpable) is EPERM too, but
+        // PTRACE_TRACEME would succeed (our parent is init, same uid).
+        DeniedCall{"ptrace", R"PY(
+PTRACE_TRACEME, PTRACE_ATTACH = 0, 16
+ctypes.set_errno(0)
+rc = libc.ptrace(PTRACE_ATTACH, 1, 0, 0)
+print("ptrace(ATTACH, 1):", "OK" if rc == 0 else errname(ctypes.get_errno()))
+ctypes.set_errno(0)
+rc = libc.ptrace(PTRACE_TRACEME, 0, 0, 0)
+print("ptrace(TRACEME):", "OK" if rc == 0 else errname(ctypes.get_errno()))
+)PY",
+                   "ptrace(ATTACH, 1): EPERM\nptrace(TRACEME): EPERM\n"},
+        // The kernel: KEYCTL_GET_KEYRING_ID of the session keyring, creating
+        // it, succeeds for anyone.
+        DeniedCall{"keyctl", R"PY(
+KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING = 0, -3
+report_syscall("keyctl(GET_KEYRING_ID, session)", 250, KEYCTL_GET_KEYRING_ID, KEY_SPEC_SESSION_KEYRING, 1)
+)PY",
+                   "keyctl(GET_KEYRING_ID, session): EPERM\n"},
+        // The kernel: adding a "user" key to the process keyring succeeds.
+        DeniedCall{"add_key", R"PY(
+KEY_SPEC_PROCESS_KEYRING = -2
+report_syscall("add_key(user)", 248, cstr("user"), cstr("kiln"), cstr("x"), 1, KEY_SPEC_PROCESS_KEYRING)
+)PY",
+                   "add_key(user): EPERM\n"},
+        DeniedCall{"request_key", R"PY(
+report_syscall("request_key(user)", 249, cstr("user"), cstr("kiln"), 0, 0)
+)PY",
+                   "request_key(user): EPERM\n"},
+        // The kernel: with kernel.unprivileged_bpf_disabled set, EPERM as
+        // well; with a NULL attr and size 0 otherwise EINVAL. The filter
+        // answers first either way.
+        DeniedCall{"bpf", R"PY(
+BPF_MAP_CREATE = 0
+report_syscall("bpf(MAP_CREATE)", 321, BPF_MAP_CREATE, zeroed(128), 72)
+report_syscall("bpf(NULL)", 321, 0, 0, 0)
+)PY",
+                   "bpf(MAP_CREATE): EPERM\nbpf(NULL): EPERM\n"},
+        // The kernel: a NULL attr is EFAULT.
+        DeniedCall{"perf_event_open", R"PY(
+report_syscall("perf_event_open(NULL)", 298, 0, 0, -1, -1, 0)
+)PY",
+                   "perf_event_open(NULL): EPERM\n"},
+        // The kernel: UFFD_USER_MODE_ONLY is allowed to anyone (Linux >= 5.11).
+        DeniedCall{"userfaultfd", R"PY(
+UFFD_USER_MODE_ONLY = 1
+report_syscall("userfaultfd(USER_MODE_ONLY)", 323, UFFD_USER_MODE_ONLY | os.O_CLOEXEC)
+)PY",
+                   "userfaultfd(USER_MODE_ONLY): EPERM\n"},
+        // The kernel: io_uring_setup with zeroed params succeeds (unless
+        // kernel.io_uring_disabled); the other two io_uring calls are denied
+        // too, so an fd passed in could not be used either.
+        DeniedCall{"io_uring", R"PY(
+report_syscall("io_uring_setup(4)", 425, 4, zeroed(120))
+report_syscall("io_uring_enter", 426, 0, 0, 0, 0, 0, 0)
+report_syscall("io_uring_register", 427, 0, 0, 0, 0)
+)PY",
+                   "io_uring_setup(4): EPERM\nio_uring_enter: EPERM\nio_uring_register: EPERM\n"},
+        // The "shocker" escape: open a file by handle, skipping path checks.
+        // The kernel: EFAULT for a NULL handle, EPERM without
+        // CAP_DAC_READ_SEARCH.
+        DeniedCall{"open_by_handle_at", R"PY(
+report_syscall("open_by_handle_at(NULL)", 304, -100, 0, 0)
+report_syscall("name_to_handle_at(/usr)", 303, -100, cstr("/usr"), zeroed(136), zeroed(4), 0)
+)PY",
+                   "open_by_handle_at(NULL): EPERM\nname_to_handle_at(/usr): EPERM\n"},
+        // The kernel: reading an LDT (func 0) succeeds for anyone.
+        DeniedCall{"modify_ldt", R"PY(
+report_syscall("modify_ldt(read)", 154, 0, zeroed(64), 64)
+)PY",
+                   "modify_ldt(read): EPERM\n"},
+        // The kernel: reading our own memory with process_vm_readv succeeds.
+        DeniedCall{"process_vm_readv", R"PY(
+class iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+src = ctypes.create_string_buffer(b"kiln", 8)
+dst = ctypes.create_string_buffer(8)
+local, remote = iovec(ctypes.addressof(dst), 4), iovec(ctypes.addressof(src), 4)
+report_syscall("process_vm_readv(self)", 310, os.getpid(), ctypes.addressof(local), 1, ctypes.addressof(remote), 1, 0)
+)PY",
+                   "process_vm_readv(self): EPERM\n"}),
+    [](const ::testing::TestParamInfo<DeniedCall>& param_info) { return std::string(param_info.param.name); });
+
+class SeccompEscape : public SandboxTest {};
+
+TEST_F(SeccompEscape, TiocstiOnStdinIsEPERM) {
+  // TIOCSTI pushes bytes into a terminal's input queue: typed commands in the
+  // caller's shell. Layer: seccomp's ioctl rule. fd 0 is /dev/null inside,
+  // where the kernel itself would answer ENOTTY, so EPERM is the filter.
+  const JsonRun r = RunProbe(R"PY(
+import fcntl, termios
+attempt("ioctl(0, TIOCSTI)", lambda: fcntl.ioctl(0, termios.TIOCSTI, b"x"))
+)PY");
+  ASSERT_EQ(r.status(), "ok") << r.Describe();
+  EXPECT_EQ(r.out(), "ioctl(0, TIOCSTI): EPERM\n") << r.Describe();
+}
+
+TEST_F(SeccompEscape, X32SystemCallKillsTheProcess) {
+  // Layer: seccomp's BADARCH action. An x32 number (0x40000000 | 39, x32
+  // getpid) would bypass every x86_64 rule; the filter kills the process
+  // with SIGSYS, so nothing after the call runs.
+  const JsonRun r = RunProbe(R"PY(
+print("before", flush=True)
+ret, err = sys_call(0x40000000 | 39)
+print("after", ret, err, flush=True)
+)PY");
+  EXPECT_EQ(r.status(), "policy_violation") << r.Describe();
+  EXPECT_EQ(r.j["signal"], 31) << r.Describe();
+  EXPECT_EQ(r.j["signal_name"], "SIGSYS") << r.Describe();
+  EXPECT_TRUE(r.j["exit_code"].is_null()) << r.Describe();
+  EXPECT_EQ(r.out(), "before\n") << r.Describe();
+}
+
+TEST_F(SeccompEscape, Int80SystemCallKillsTheProcess) {
+  // Layer: seccomp's BADARCH action, for the i386 ABI reached through
+  // `int 0x80` from 64-bit code (seccomp_data.arch == AUDIT_ARCH_I386).
+  const JsonRun r = RunProbe(ReadProbe("int80.py"));
+  EXPECT_EQ(r.status(), "policy_violation") << r.Describe();
+  EXPECT_EQ(r.j["signal"], 31) << r.Describe();
+  EXPECT_EQ(r.j["signal_name"], "SIGSYS") << r.Describe();
+  EXPECT_EQ(r.out(), "before\n") << r.Describe();
+}
+
+TEST_F(SeccompEscape, X32CallInPlainModeExitsWith128PlusSIGSYS) {
+  const ProcessResult p = RunKiln({"run", "-c", WithPrelude("sys_call(0x40000000 | 39)\n")});
+  EXPECT_EQ(p.exit_code, 128 + 31) << p.err;
+  EXPECT_NE(p.err.find("policy_violation"), std::string::npos) << p.err;
+}
+
+}  // namespace
+}  // namespace kiln::testing

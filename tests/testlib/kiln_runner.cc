@@ -1,0 +1,378 @@
+#include "testlib/kiln_runner.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+extern char** environ;
+
+namespace kiln::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void CloseFd(int* fd) {
+  if (*fd >= 0) ::close(*fd);
+  *fd = -1;
+}
+
+// $NAME, else the value the build baked in (tests/CMakeLists.txt).
+std::string EnvOr(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  if (v != nullptr && *v != '\0') return v;
+  if (fallback == nullptr || *fallback == '\0') {
+    ADD_FAILURE() << name << " is not set and the build gave no default";
+    return "";
+  }
+  return fallback;
+}
+
+// Reads what is there; false at EOF or on a hard error.
+bool Drain(int fd, std::string* into) {
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) {
+      into->append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    if (n == 0) return false;
+    if (errno == EINTR) continue;
+    return errno == EAGAIN || errno == EWOULDBLOCK;
+  }
+}
+
+void FillResult(int status, ProcessResult* r) {
+  if (WIFEXITED(status)) r->exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) r->term_signal = WTERMSIG(status);
+}
+
+}  // namespace
+
+Subprocess::~Subprocess() {
+  if (pid_ > 0) {
+    ::kill(-pid_, SIGKILL);
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  CloseFd(&in_fd_);
+  CloseFd(&out_fd_);
+  CloseFd(&err_fd_);
+}
+
+bool Subprocess::Start(const std::vector<std::string>& argv, const ProcessOptions& options) {
+  if (argv.empty() || argv[0].empty()) {
+    ADD_FAILURE() << "Subprocess::Start: empty argv";
+    return false;
+  }
+  // Everything the child needs is built before fork: after it, only
+  // async-signal-safe calls.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const std::string name = entry.substr(0, entry.find('='));
+    bool overridden = false;
+    for (const auto& [k, v] : options.env) overridden = overridden || k == name;
+    if (!overridden) env_strings.push_back(entry);
+  }
+  for (const auto& [k, v] : options.env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp, args;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_copy = argv;
+  for (auto& s : argv_copy) args.push_back(s.data());
+  args.push_back(nullptr);
+
+  int in[2] = {-1, -1}, out[2], err[2];
+  if (options.stdin_data && ::pipe2(in, O_CLOEXEC) != 0) {
+    ADD_FAILURE() << "pipe2: " << std::strerror(errno);
+    return false;
+  }
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+    ADD_FAILURE() << "pipe2: " << std::strerror(errno);
+    return false;
+  }
+  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  started_ = Clock::now();
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ADD_FAILURE() << "fork: " << std::strerror(errno);
+    return false;
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::signal(SIGPIPE, SIG_DFL);
+    const int stdin_src = options.stdin_data ? in[0] : null_fd;
+    if (::dup2(stdin_src, 0) < 0 || ::dup2(out[1], 1) < 0 || ::dup2(err[1], 2) < 0) ::_exit(127);
+    ::execve(args[0], args.data(), envp.data());
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also from here, so a kill(-pid) right away reaches it
+  pid_ = pid;
+  if (null_fd >= 0) ::close(null_fd);
+  ::close(out[1]);
+  ::close(err[1]);
+  out_fd_ = out[0];
+  err_fd_ = err[0];
+  if (options.stdin_data) {
+    ::close(in[0]);
+    in_fd_ = in[1];
+    stdin_data_ = *options.stdin_data;
+  }
+  for (int fd : {in_fd_, out_fd_, err_fd_}) {
+    if (fd >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  }
+  timeout_ = options.timeout;
+  return true;
+}
+
+ProcessResult Subprocess::Wait() {
+  ProcessResult r;
+  r.pid = pid_;
+  if (pid_ <= 0) return r;
+  size_t written = 0;
+  if (in_fd_ >= 0 && stdin_data_.empty()) CloseFd(&in_fd_);
+  const auto deadline = started_ + timeout_;
+  bool reaped = false;
+  int status = 0;
+  while (!reaped) {
+    pollfd fds[3];
+    nfds_t n = 0;
+    if (out_fd_ >= 0) fds[n++] = {out_fd_, POLLIN, 0};
+    if (err_fd_ >= 0) fds[n++] = {err_fd_, POLLIN, 0};
+    if (in_fd_ >= 0) fds[n++] = {in_fd_, POLLOUT, 0};
+    ::poll(fds, n, 20);
+    if (out_fd_ >= 0 && !Drain(out_fd_, &r.out)) CloseFd(&out_fd_);
+    if (err_fd_ >= 0 && !Drain(err_fd_, &r.err)) CloseFd(&err_fd_);
+    if (in_fd_ >= 0) {
+      ssize_t w = ::write(in_fd_, stdin_data_.data() + written, stdin_data_.size() - written);
+      if (w > 0) written += static_cast<size_t>(w);
+      if ((w < 0 && errno != EAGAIN && errno != EINTR) || written == stdin_data_.size()) {
+        CloseFd(&in_fd_);
+      }
+    }
+    pid_t w = ::waitpid(pid_, &status, WNOHANG);
+    if (w == pid_) {
+      reaped = true;
+    } else if (Clock::now() >= deadline) {
+      r.timed_out = true;
+      ::kill(-pid_, SIGKILL);
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status, 0);
+      reaped = true;
+    }
+  }
+  r.elapsed_ms = std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
+  // What it wrote just before exiting is still in the pipes; a descendant
+  // that kept them open must not keep us here.
+  if (out_fd_ >= 0) Drain(out_fd_, &r.out);
+  if (err_fd_ >= 0) Drain(err_fd_, &r.err);
+  CloseFd(&in_fd_);
+  CloseFd(&out_fd_);
+  CloseFd(&err_fd_);
+  FillResult(status, &r);
+  pid_ = -1;
+  return r;
+}
+
+ProcessResult RunProcess(const std::vector<std::string>& argv, const ProcessOptions& options) {
+  Subprocess p;
+  if (!p.Start(argv, options)) return {};
+  return p.Wait();
+}
+
+#ifndef KILN_TEST_DEFAULT_BIN
+#define KILN_TEST_DEFAULT_BIN ""
+#endif
+#ifndef KILN_TEST_DEFAULT_SOURCE_DIR
+#define KILN_TEST_DEFAULT_SOURCE_DIR ""
+#endif
+
+std::string KilnBin() { return EnvOr("KILN_BIN", KILN_TEST_DEFAULT_BIN); }
+std::string SourceDir() { return EnvOr("KILN_SOURCE_DIR", KILN_TEST_DEFAULT_SOURCE_DIR); }
+
+ProcessResult RunKiln(const std::vector<std::string>& args, const ProcessOptions& options) {
+  std::vector<std::string> argv{KilnBin()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunProcess(argv, options);
+}
+
+std::string ReadProbe(const std::string& name) {
+  const std::string path = SourceDir() + "/tests/probes/" + name;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    ADD_FAILURE() << "cannot read probe " << path;
+    return "";
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string WithPrelude(const std::string& code) { return ReadProbe("prelude.py") + "\n" + code; }
+
+std::string JsonRun::Describe() const {
+  std::string dump = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (dump.size() > 6000) dump = dump.substr(0, 6000) + "...";
+  return "kiln exit " + std::to_string(raw.exit_code) + " signal " + std::to_string(raw.term_signal) +
+         (raw.timed_out ? " (timed out)" : "") + "\njson: " + dump + "\nkiln stderr: " +
+         raw.err.substr(0, 3000);
+}
+
+JsonRun RunPython(const std::string& code, const std::vector<std::string>& extra_args,
+                  const ProcessOptions& options) {
+  std::vector<std::string> args{"run", "--json"};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  args.push_back("-c");
+  args.push_back(code);
+  JsonRun run;
+  run.raw = RunKiln(args, options);
+  run.j = nlohmann::json::parse(run.raw.out, nullptr, /*allow_exceptions=*/false);
+  if (run.j.is_discarded() || !run.j.is_object()) {
+    run.j = nlohmann::json{{"status", "<unparsable>"}, {"kiln_stdout", run.raw.out.substr(0, 2000)}};
+  }
+  return run;
+}
+
+JsonRun RunProbe(const std::string& code, const std::vector<std::string>& extra_args,
+                 const ProcessOptions& options) {
+  return RunPython(WithPrelude(code), extra_args, options);
+}
+
+namespace {
+
+struct DoctorVerdict {
+  bool broken = false;
+  std::string problem;  // when broken
+  std::optional<std::string> missing;
+};
+
+DoctorVerdict AskDoctor() {
+  DoctorVerdict v;
+  ProcessOptions o;
+  o.timeout = std::chrono::seconds(60);
+  const ProcessResult r = RunKiln({"doctor", "--json", "--no-smoke"}, o);
+  const auto j = nlohmann::json::parse(r.out, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("layers") || !j["layers"].is_array()) {
+    v.broken = true;
+    v.problem = "`kiln doctor --json --no-smoke` gave no usable JSON (exit " +
+                std::to_string(r.exit_code) + "): " + r.out.substr(0, 500) + r.err.substr(0, 500);
+    return v;
+  }
+  for (const auto& layer : j["layers"]) {
+    if (layer.value("name", "") != "user namespace") continue;
+    if (layer.value("state", "") == "missing") {
+      v.missing = "kiln doctor: user namespaces are missing on this host: " +
+                  layer.value("detail", std::string());
+    }
+    return v;
+  }
+  v.broken = true;
+  v.problem = "`kiln doctor --json --no-smoke` lists no \"user namespace\" layer";
+  return v;
+}
+
+const DoctorVerdict& CachedDoctor() {
+  static const DoctorVerdict verdict = AskDoctor();
+  return verdict;
+}
+
+}  // namespace
+
+std::optional<std::string> SandboxMissingReason() {
+  const DoctorVerdict& v = CachedDoctor();
+  if (v.broken) ADD_FAILURE() << v.problem;
+  return v.missing;
+}
+
+void RequireSandbox() {
+  const DoctorVerdict& v = CachedDoctor();
+  if (v.broken) GTEST_FAIL() << v.problem;
+  if (v.missing) GTEST_SKIP() << *v.missing;
+}
+
+std::string UniqueMarker(const std::string& prefix) {
+  static std::atomic<unsigned> counter{0};
+  std::random_device rd;
+  return prefix + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
+         std::to_string(rd() % 100000000u);
+}
+
+std::vector<pid_t> PgrepF(const std::string& marker) {
+  const ProcessResult r = RunProcess({"/usr/bin/pgrep", "-f", "--", marker});
+  // pgrep: 0 = matches, 1 = none; anything else is a broken check.
+  EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 1)
+      << "pgrep failed: exit " << r.exit_code << " " << r.err;
+  std::vector<pid_t> pids;
+  for (const auto& line : Lines(r.out)) {
+    const pid_t p = static_cast<pid_t>(std::atoi(line.c_str()));
+    if (p > 0 && p != ::getpid()) pids.push_back(p);
+  }
+  return pids;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::string cur;
+  for (char c : text) {
+    if (c == '\n') {
+      lines.push_back(cur);
+      cur.clear();
+    } else {
+      cur.push_back(c);
+    }
+  }
+  if (!cur.empty()) lines.push_back(cur);
+  return lines;
+}
+
+std::string ReplaceAll(std::string text, const std::string& from, const std::string& to) {
+  if (from.empty()) return text;
+  for (size_t pos = text.find(from); pos != std::string::npos; pos = text.find(from, pos + to.size())) {
+    text.replace(pos, from.size(), to);
+  }
+  return text;
+}
+
+TempDir::TempDir() {
+  std::string templ = "/tmp/kiln-test-XXXXXX";
+  if (::mkdtemp(templ.data()) == nullptr) {
+    ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
+    return;
+  }
+  path_ = templ;
+}
+
+TempDir::~TempDir() {
+  if (path_.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+void WriteFile(const std::string& path, const std::string& content) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << content;
+  out.close();
+  if (!out) ADD_FAILURE() << "cannot write " << path;
+}
+
+std::optional<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace kiln::testing

@@ -267,6 +267,9 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
   CStringArray argv;
   argv.Add(policy.interpreter());
   argv.Add("-I");  // isolated: no PYTHON* variables, no user site, no cwd on sys.path
+  // No site: half of the interpreter's start (.pth files run code, and some
+  // are host-specific); the launcher sets Debian's dist-packages path itself.
+  argv.Add("-S");
   argv.Add("-B");  // the tree is read-only; never try to write .pyc files
   argv.Add(std::string(isolation::kRuntimeMountPath) + "/kiln_runtime/launch.py");
   if (!policy.preload().empty()) {

@@ -9,6 +9,9 @@
 
 namespace kiln {
 
+// Standard alphabet, with padding.
+std::string Base64Encode(std::string_view bytes);
+
 // Ignores ASCII whitespace; requires correct padding. kInvalidArgument otherwise.
 Result<std::string> Base64Decode(std::string_view text);
 

@@ -80,6 +80,16 @@ TEST(Base64, Decodes) {
   EXPECT_EQ(*Base64Decode("iVBORw0KGgo="), std::string("\x89PNG\r\n\x1a\n", 8));
 }
 
+TEST(Base64, EncodeRoundTrips) {
+  EXPECT_EQ(Base64Encode(""), "");
+  EXPECT_EQ(Base64Encode("f"), "Zg==");
+  EXPECT_EQ(Base64Encode("fo"), "Zm8=");
+  EXPECT_EQ(Base64Encode("foo"), "Zm9v");
+  std::string all;
+  for (int i = 0; i < 256; ++i) all.push_back(static_cast<char>(i));
+  EXPECT_EQ(*Base64Decode(Base64Encode(all)), all);
+}
+
 TEST(Base64, RejectsGarbage) {
   for (const char* bad : {"Zm9", "Zm9v!", "Z===", "Zg==Zg==", "====", "Zm$v"}) {
     EXPECT_FALSE(Base64Decode(bad).ok()) << bad;

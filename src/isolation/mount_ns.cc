@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "sys/syscalls.h"
 
@@ -247,7 +248,13 @@ Result<MountPlan> BuildMountPlan(const MountLayout& layout) {
   for (const auto& f : layout.mpl_cache_files) {
     b.Copy(f.fd, std::string(kMplConfigPath) + "/" + f.name, 0644);
   }
+  // Files may sit in subdirectories ("data/a.csv"): make each directory once.
+  std::set<std::string> made;
   for (const auto& f : layout.workspace_files) {
+    for (size_t pos = f.name.find('/'); pos != std::string::npos; pos = f.name.find('/', pos + 1)) {
+      const std::string dir = std::string(kWorkspacePath) + "/" + f.name.substr(0, pos);
+      if (made.insert(dir).second) b.Mkdir(dir, SetupStep::kStageFiles);
+    }
     b.Copy(f.fd, std::string(kWorkspacePath) + "/" + f.name, 0644);
   }
   return plan;

@@ -31,6 +31,21 @@ const std::vector<std::string>& StrictDenylist() {
   return kList;
 }
 
+bool IsSafeRelativePath(const std::string& path) {
+  if (path.empty() || path.size() >= 4096 || path[0] == '/') return false;
+  if (path.find('\0') != std::string::npos) return false;
+  size_t start = 0;
+  int depth = 0;
+  while (start <= path.size()) {
+    size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    if (!IsSafeFileName(path.substr(start, end - start))) return false;
+    if (++depth > 16) return false;
+    start = end + 1;
+  }
+  return true;
+}
+
 bool IsModuleName(const std::string& name) {
   if (name.empty() || name.size() > 200) return false;
   bool start = true;
@@ -141,7 +156,18 @@ PolicyBuilder& PolicyBuilder::AddFile(std::string host_path, std::string name) {
   } else if (!IsSafeFileName(name)) {
     Fail("file", "'" + name + "' is not a valid workspace file name (one path component, no '/')");
   } else {
-    policy_.input_files_.push_back({std::move(host_path), std::move(name)});
+    policy_.input_files_.push_back({std::move(host_path), std::move(name), std::nullopt});
+  }
+  return *this;
+}
+
+PolicyBuilder& PolicyBuilder::AddFileContent(std::string path, std::string content) {
+  if (!IsSafeRelativePath(path)) {
+    Fail("files", "'" + path.substr(0, 200) +
+                      "' is not a safe relative path (no '..', no absolute path, no NUL, "
+                      "components of at most 255 bytes, at most 4095 bytes in all)");
+  } else {
+    policy_.input_files_.push_back({"", std::move(path), std::move(content)});
   }
   return *this;
 }
@@ -228,10 +254,25 @@ Result<SandboxPolicy> PolicyBuilder::Build() {
   if (error_) return *error_;
   if (!cpu_time_set_) policy_.limits_.cpu_time_s = policy_.limits_.wall_timeout_s;
   std::set<std::string> names;
+  uint64_t content_bytes = 0;
   for (const auto& f : policy_.input_files_) {
     if (!names.insert(f.name).second) {
       return InvalidArgument("file: '" + f.name + "' is given twice");
     }
+    if (f.content) content_bytes += f.content->size();
+  }
+  // A path that is also a directory of another ("a" and "a/b") cannot exist.
+  for (const auto& n : names) {
+    for (size_t pos = n.find('/'); pos != std::string::npos; pos = n.find('/', pos + 1)) {
+      if (names.count(n.substr(0, pos)) != 0) {
+        return InvalidArgument("files: '" + n.substr(0, pos) + "' is both a file and a directory");
+      }
+    }
+  }
+  if (content_bytes > policy_.limits_.workspace_bytes) {
+    return InvalidArgument("files: the files (" + std::to_string(content_bytes) +
+                           " bytes) do not fit the workspace (" +
+                           std::to_string(policy_.limits_.workspace_bytes) + " bytes)");
   }
   return policy_;
 }

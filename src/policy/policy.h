@@ -17,8 +17,9 @@ namespace kiln::policy {
 
 // A host file copied into the workspace before the program starts.
 struct InputFile {
-  std::string host_path;  // opened by the supervisor with its own privileges
-  std::string name;       // a single path component inside the workspace
+  std::string host_path;  // opened by the supervisor with its own privileges (CLI)
+  std::string name;       // relative path inside the workspace (IsSafeRelativePath)
+  std::optional<std::string> content;  // the bytes themselves (API requests); no host path
 };
 
 // The import policy the runtime applies to user code (a layer on top of the
@@ -110,6 +111,10 @@ class PolicyBuilder final {
   // `name` empty: the basename of host_path.
   PolicyBuilder& AddFile(std::string host_path, std::string name);
   PolicyBuilder& CgroupRequirement(Requirement r);
+  // A file given by content (HTTP requests). `path` may have directories
+  // ("data/a.csv"); IsSafeRelativePath decides. Sizes are checked at Build
+  // against the workspace size.
+  PolicyBuilder& AddFileContent(std::string path, std::string content);
   PolicyBuilder& Imports(ImportPolicy policy);
   PolicyBuilder& Preload(std::vector<std::string> modules);
   PolicyBuilder& MaxImages(uint64_t n);
@@ -133,6 +138,10 @@ class PolicyBuilder final {
 // True when `name` is a safe single component for the workspace: non-empty,
 // at most 255 bytes, no '/', no NUL, not "." or "..".
 bool IsSafeFileName(const std::string& name);
+// A relative path for the workspace: 1-4095 bytes, no NUL, not absolute,
+// components of 1-255 bytes that are not "." or "..", at most 16 deep.
+bool IsSafeRelativePath(const std::string& path);
+
 // A dotted Python module name: identifiers joined by '.'.
 bool IsModuleName(const std::string& name);
 

@@ -130,3 +130,33 @@ TEST(PolicyBuilder, DisplayLimits) {
 
 }  // namespace
 }  // namespace kiln::policy
+
+namespace kiln::policy {
+namespace {
+
+TEST(PolicyBuilder, ContentFilesAndRelativePaths) {
+  EXPECT_TRUE(IsSafeRelativePath("a.csv"));
+  EXPECT_TRUE(IsSafeRelativePath("data/sub/a.csv"));
+  EXPECT_FALSE(IsSafeRelativePath(""));
+  EXPECT_FALSE(IsSafeRelativePath("/etc/passwd"));
+  EXPECT_FALSE(IsSafeRelativePath("../x"));
+  EXPECT_FALSE(IsSafeRelativePath("a/../../x"));
+  EXPECT_FALSE(IsSafeRelativePath("a//b"));
+  EXPECT_FALSE(IsSafeRelativePath("a/"));
+  EXPECT_FALSE(IsSafeRelativePath("./a"));
+  EXPECT_FALSE(IsSafeRelativePath(std::string("a\0b", 3)));
+  EXPECT_FALSE(IsSafeRelativePath(std::string(4096, 'a')));
+  EXPECT_FALSE(IsSafeRelativePath(std::string(256, 'a')));
+  auto p = PolicyBuilder().AddFileContent("data/a.csv", "x,y\n").Build();
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(p->input_files().size(), 1u);
+  EXPECT_EQ(*p->input_files()[0].content, "x,y\n");
+  auto bad = PolicyBuilder().AddFileContent("../a", "x").Build();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message.rfind("files:", 0), 0u);
+  EXPECT_FALSE(PolicyBuilder().AddFileContent("a", "x").AddFileContent("a/b", "y").Build().ok());
+  EXPECT_FALSE(PolicyBuilder().Disk(1 << 20).AddFileContent("big", std::string(2 << 20, 'x')).Build().ok());
+}
+
+}  // namespace
+}  // namespace kiln::policy

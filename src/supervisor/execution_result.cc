@@ -17,6 +17,7 @@ std::string_view ToString(Outcome outcome) {
     case Outcome::kPolicyViolation: return "policy_violation";
     case Outcome::kSetupError: return "setup_error";
     case Outcome::kProtocolError: return "protocol_error";
+    case Outcome::kCancelled: return "cancelled";
   }
   return "setup_error";
 }
@@ -28,6 +29,8 @@ int PlainExitCode(const ExecutionResult& r) {
       return r.exit_code >= 0 ? r.exit_code : 1;
     case Outcome::kProtocolError:
       return 1;
+    case Outcome::kCancelled:
+      return 130;
     case Outcome::kTimeout:
       return 124;
     case Outcome::kSetupError:

@@ -27,6 +27,7 @@ enum class Outcome {
   kPolicyViolation,  // seccomp killed it (foreign ABI, x32)
   kSetupError,       // the sandbox could not be built; the program never ran
   kProtocolError,    // the sandbox broke the runtime protocol; killed by the supervisor
+  kCancelled,        // the caller went away (client disconnect, server shutdown); killed
 };
 
 // "ok", "error", "timeout", "cpu_limit", "memory_limit", "output_limit",
@@ -37,6 +38,11 @@ struct SetupErrorInfo {
   SetupStep step = SetupStep::kNone;
   int sys_errno = 0;
   std::string message;
+};
+
+struct FileContentResult {
+  std::string path;
+  std::string content;
 };
 
 struct CollectedFile {
@@ -72,6 +78,7 @@ struct ExecutionResult {
   uint64_t oom_kills = 0;
   std::string limits_backend;  // "cgroup v2", "cgroup v1", "rlimits"
   std::vector<CollectedFile> files;
+  std::vector<FileContentResult> returned_files;  // RunOptions::return_files
   std::vector<std::string> collect_skipped;  // "path: why" (symlinks, special files, limits)
   std::string collect_error;                 // the copy-out failed part way (files has the rest)
   std::optional<SetupErrorInfo> setup_error;

@@ -4,6 +4,7 @@
 #include <linux/sched.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -230,6 +231,18 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
   layout.shm_bytes = limits.shm_bytes;
   uint64_t input_total = 0;
   for (const auto& f : policy.input_files()) {
+    if (f.content) {
+      // Given by content: a sealed-size memfd is the fd the child copies from.
+      UniqueFd fd(::memfd_create("kiln-input", MFD_CLOEXEC));
+      if (!fd) return ErrnoError("memfd_create");
+      if (sys::WriteAll(fd.get(), f.content->data(), f.content->size()) != 0) {
+        return ErrnoError("write input file " + f.name);
+      }
+      input_total += f.content->size();
+      layout.workspace_files.push_back({fd.get(), f.name});
+      keep_fds.push_back(std::move(fd));
+      continue;
+    }
     UniqueFd fd(::open(f.host_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
     if (!fd) return ErrnoError("file: cannot open '" + f.host_path + "'");
     struct stat st {};
@@ -582,7 +595,7 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
   };
 
   while (!init_exited) {
-    pollfd fds[5];
+    pollfd fds[6];
     int n = 0;
     int idx_sync = -1, idx_out = -1, idx_err = -1, idx_rt = -1;
     if (sync_open) { idx_sync = n; fds[n++] = {sync_parent.get(), POLLIN, 0}; }
@@ -590,6 +603,11 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
     if (err_open) { idx_err = n; fds[n++] = {err_r.get(), POLLIN, 0}; }
     const int idx_pid = n;
     fds[n++] = {pidfd, POLLIN, 0};
+    int idx_cancel = -1;
+    if (options.cancel_fd >= 0 && !killed) {
+      idx_cancel = n;
+      fds[n++] = {options.cancel_fd, POLLIN, 0};
+    }
     if (rt_open) {
       idx_rt = n;
       fds[n++] = {rt_parent.get(),
@@ -678,6 +696,7 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
       drain_streams();
     }
     if (fds[idx_pid].revents != 0) init_exited = true;
+    if (idx_cancel >= 0 && fds[idx_cancel].revents != 0) kill_sandbox(Outcome::kCancelled);
 
     if (!init_exited && !killed) {
       if (!program_sent && now >= setup_deadline) {
@@ -759,6 +778,18 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
       r.collect_skipped = std::move(collected->skipped);
     }
   }
+  if (options.return_files && workspace_fd) {
+    std::vector<FileContent> files;
+    CollectLimits lim;
+    lim.max_total_bytes = 64ULL << 20;
+    auto got = CollectWorkspaceToMemory(workspace_fd.get(), lim, *options.return_files, &files);
+    if (!got.ok()) {
+      r.collect_error = got.error().ToString();
+    } else {
+      r.collect_skipped = std::move(got->skipped);
+      for (auto& f : files) r.returned_files.push_back({std::move(f.path), std::move(f.content)});
+    }
+  }
   if (cgroup) {
     Status removed = cgroup->Remove();
     if (!removed.ok()) KILN_LOG_WARN("cgroup remove: {}", removed.error().ToString());
@@ -783,6 +814,8 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
       r.reason = "wall-clock timeout of " + FormatSeconds(limits.wall_timeout_s);
     } else if (*kill_reason == Outcome::kCpuLimit) {
       r.reason = "cpu-time limit of " + FormatSeconds(limits.cpu_time_s);
+    } else if (*kill_reason == Outcome::kCancelled) {
+      r.reason = "cancelled: the caller went away";
     } else if (*kill_reason == Outcome::kOutputLimit) {
       r.reason = r.outputs_truncated
                      ? "rich outputs passed " + FormatSize(kCellFrameBudget) + " or " +

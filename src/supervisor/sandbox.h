@@ -29,6 +29,12 @@ struct RunOptions {
   std::optional<std::string> collect_dir;  // --collect
   // Only these top-level workspace entries are collected (empty: all).
   std::vector<std::string> collect_only;
+  // Files returned in memory (API requests): those matching these globs
+  // (empty list with return_files set: all), up to 64 MiB in all.
+  std::optional<std::vector<std::string>> return_files;
+  // Readable or hung up: the caller is gone; the sandbox is killed and the
+  // result says "cancelled".
+  int cancel_fd = -1;
 };
 
 // Errors (the call failed, nothing ran): kFailedPrecondition when the host

@@ -1,6 +1,7 @@
 #include "supervisor/workspace.h"
 
 #include <dirent.h>
+#include <fnmatch.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
@@ -28,7 +29,20 @@ struct Walk {
   const CollectLimits& limits;
   CollectReport report;
   uint64_t total = 0;
+  std::vector<FileContent>* memory = nullptr;  // set: collect into memory, not a directory
+  const std::vector<std::string>* globs = nullptr;
 };
+
+bool Matches(const std::vector<std::string>* globs, const std::string& rel) {
+  if (globs == nullptr || globs->empty()) return true;
+  const std::string base = rel.substr(rel.find_last_of('/') + 1);
+  for (const auto& g : *globs) {
+    if (::fnmatch(g.c_str(), rel.c_str(), 0) == 0 || ::fnmatch(g.c_str(), base.c_str(), 0) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
 
 Status CopyFile(int src_dir, int dst_dir, const std::string& name, const std::string& rel, Walk* w) {
   UniqueFd in(OpenBeneath(src_dir, name.c_str(), O_RDONLY | O_NONBLOCK));
@@ -42,9 +56,31 @@ Status CopyFile(int src_dir, int dst_dir, const std::string& name, const std::st
     w->report.skipped.push_back(rel + ": not a regular file");
     return OkStatus();
   }
+  if (!Matches(w->globs, rel)) return OkStatus();
   if (w->report.files.size() >= w->limits.max_files ||
       w->total + static_cast<uint64_t>(st.st_size) > w->limits.max_total_bytes) {
     w->report.skipped.push_back(rel + ": over the collection limits");
+    return OkStatus();
+  }
+  if (w->memory != nullptr) {
+    std::string content;
+    char chunk[65536];
+    for (;;) {
+      ssize_t n = ::read(in.get(), chunk, sizeof chunk);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoError("read " + rel + " from the workspace");
+      }
+      if (n == 0) break;
+      if (w->total + content.size() + static_cast<uint64_t>(n) > w->limits.max_total_bytes) {
+        w->report.skipped.push_back(rel + ": over the collection limits");
+        return OkStatus();
+      }
+      content.append(chunk, static_cast<size_t>(n));
+    }
+    w->total += content.size();
+    w->report.files.push_back({rel, content.size()});
+    w->memory->push_back({rel, std::move(content)});
     return OkStatus();
   }
   UniqueFd out(::openat(dst_dir, name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
@@ -112,6 +148,10 @@ Status WalkDir(int src_dir, int dst_dir, const std::string& prefix, int depth, W
         w->report.skipped.push_back(rel + ": " + std::strerror(errno));
         continue;
       }
+      if (w->memory != nullptr) {
+        KILN_TRY(WalkDir(sub.get(), -1, rel, depth + 1, w, nullptr));
+        continue;
+      }
       if (::mkdirat(dst_dir, name.c_str(), 0755) != 0 && errno != EEXIST) {
         return ErrnoError("mkdir " + rel + " in the collect directory");
       }
@@ -139,6 +179,14 @@ Result<CollectReport> CollectWorkspace(int workspace_fd, const std::string& dest
   if (!dst) return ErrnoError("open collect directory " + dest_dir);
   Walk w{limits, {}, 0};
   KILN_TRY(WalkDir(workspace_fd, dst.get(), "", 0, &w, &only_prefixes));
+  return std::move(w.report);
+}
+
+Result<CollectReport> CollectWorkspaceToMemory(int workspace_fd, const CollectLimits& limits,
+                                               const std::vector<std::string>& globs,
+                                               std::vector<FileContent>* out) {
+  Walk w{limits, {}, 0, out, &globs};
+  KILN_TRY(WalkDir(workspace_fd, -1, "", 0, &w, nullptr));
   return std::move(w.report);
 }
 

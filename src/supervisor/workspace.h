@@ -37,6 +37,18 @@ Result<CollectReport> CollectWorkspace(int workspace_fd, const std::string& dest
                                        const CollectLimits& limits,
                                        const std::vector<std::string>& only_prefixes = {});
 
+struct FileContent {
+  std::string path;
+  std::string content;
+};
+
+// Like CollectWorkspace, into memory: the regular files whose relative path
+// matches one of `globs` (fnmatch, FNM_PATHNAME off: "*.png" matches in
+// subdirectories too; empty = every file), up to the limits.
+Result<CollectReport> CollectWorkspaceToMemory(int workspace_fd, const CollectLimits& limits,
+                                               const std::vector<std::string>& globs,
+                                               std::vector<FileContent>* out);
+
 // openat2 with the confinement flags above.
 int OpenBeneath(int dirfd, const char* path, int flags);
 

@@ -170,6 +170,59 @@ Status Cap(const char* field, const std::optional<T>& value, const std::optional
   return OkStatus();
 }
 
+Result<ServerConfig> ParseServer(const std::string& source, const toml::table& t) {
+  ServerConfig c;
+  for (const auto& [k, node] : t) {
+    const std::string key(k.str());
+    const std::string full = "server." + key;
+    if (key == "listen" || key == "data_dir" || key == "default_profile") {
+      auto v = node.value<std::string>();
+      if (!v || !node.is_string() || v->empty()) return KeyError(source, node, full, "must be a non-empty string");
+      (key == "listen" ? c.listen : key == "data_dir" ? c.data_dir : c.default_profile) = *v;
+    } else if (key == "concurrency" || key == "queue" || key == "retention_days" || key == "max_connections") {
+      KILN_ASSIGN_OR_RETURN(uint64_t v, CountValue(source, node, full));
+      if (v > 100000) return KeyError(source, node, full, "is too large");
+      (key == "concurrency" ? c.concurrency : key == "queue" ? c.queue
+       : key == "retention_days" ? c.retention_days : c.max_connections) = static_cast<int>(v);
+    } else if (key == "queue_timeout" || key == "client_timeout" || key == "shutdown_grace") {
+      KILN_ASSIGN_OR_RETURN(double v, SecondsValue(source, node, full));
+      (key == "queue_timeout" ? c.queue_timeout_s : key == "client_timeout" ? c.client_timeout_s
+                                                                            : c.shutdown_grace_s) = v;
+    } else if (key == "max_body") {
+      KILN_ASSIGN_OR_RETURN(c.max_body_bytes, SizeValue(source, node, full));
+    } else if (key == "store_code") {
+      if (!node.is_boolean()) return KeyError(source, node, full, "must be true or false");
+      c.store_code = *node.value<bool>();
+    } else {
+      return KeyError(source, node, full,
+                      "unknown key (known: listen, data_dir, concurrency, queue, queue_timeout, "
+                      "max_body, client_timeout, shutdown_grace, store_code, retention_days, "
+                      "default_profile, max_connections)");
+    }
+  }
+  return c;
+}
+
+Result<TenantConfig> ParseTenant(const std::string& source, const std::string& name, const toml::table& t) {
+  TenantConfig c;
+  for (const auto& [k, node] : t) {
+    const std::string key(k.str());
+    const std::string full = "tenants." + name + "." + key;
+    if (key == "max_concurrent" || key == "max_sessions") {
+      KILN_ASSIGN_OR_RETURN(uint64_t v, CountValue(source, node, full));
+      if (v < 1 || v > 10000) return KeyError(source, node, full, "must be between 1 and 10000");
+      (key == "max_concurrent" ? c.max_concurrent : c.max_sessions) = static_cast<int>(v);
+    } else if (key == "rate" || key == "burst") {
+      KILN_ASSIGN_OR_RETURN(double v, NumberValue(source, node, full));
+      if (!(v > 0) || v > 1e6) return KeyError(source, node, full, "must be a positive number");
+      (key == "rate" ? c.rate_per_s : c.burst) = v;
+    } else {
+      return KeyError(source, node, full, "unknown key (known: max_concurrent, rate, burst, max_sessions)");
+    }
+  }
+  return c;
+}
+
 }  // namespace
 
 Result<const Profile*> Config::Find(std::string_view name) const {
@@ -193,9 +246,27 @@ Result<Config> ParseConfig(std::string_view text, std::string source) {
   }
   Config c;
   c.source = source;
+  c.tenants["default"] = TenantConfig{};
   for (const auto& [k, node] : root) {
     const std::string key(k.str());
-    if (key != "profiles") return KeyError(source, node, key, "unknown key (known: profiles)");
+    if (key == "server") {
+      const toml::table* t = node.as_table();
+      if (t == nullptr) return KeyError(source, node, key, "must be a table");
+      KILN_ASSIGN_OR_RETURN(c.server, ParseServer(source, *t));
+      continue;
+    }
+    if (key == "tenants") {
+      const toml::table* t = node.as_table();
+      if (t == nullptr) return KeyError(source, node, key, "must be a table of tenants");
+      for (const auto& [tk, tnode] : *t) {
+        const std::string name(tk.str());
+        const toml::table* tt = tnode.as_table();
+        if (tt == nullptr) return KeyError(source, tnode, "tenants." + name, "must be a table");
+        KILN_ASSIGN_OR_RETURN(c.tenants[name], ParseTenant(source, name, *tt));
+      }
+      continue;
+    }
+    if (key != "profiles") return KeyError(source, node, key, "unknown key (known: server, tenants, profiles)");
     const toml::table* profiles = node.as_table();
     if (profiles == nullptr) return KeyError(source, node, key, "must be a table of profiles");
     for (const auto& [pk, pnode] : *profiles) {
@@ -215,7 +286,20 @@ Result<Config> ParseConfig(std::string_view text, std::string source) {
     }
   }
   if (c.profiles.empty()) return InvalidArgument(source + ": no [profiles.NAME] table");
+  if (c.profiles.count(c.server.default_profile) == 0) {
+    if (root.contains("server") && root["server"].as_table() != nullptr &&
+        root["server"].as_table()->contains("default_profile")) {
+      return InvalidArgument(source + ": server.default_profile: '" + c.server.default_profile +
+                             "' is not a profile");
+    }
+    c.server.default_profile = c.profiles.begin()->first;  // no "default": the first one
+  }
   return c;
+}
+
+const TenantConfig& Config::Tenant(const std::string& name) const {
+  auto it = tenants.find(name);
+  return it != tenants.end() ? it->second : tenants.at("default");
 }
 
 Result<Config> LoadConfigFile(const std::string& path) {

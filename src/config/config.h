@@ -42,10 +42,39 @@ struct Profile {
   LimitSpec max;
 };
 
+// Per-tenant admission limits ([tenants.NAME]; [tenants.default] applies to
+// every tenant not listed).
+struct TenantConfig {
+  int max_concurrent = 4;
+  double rate_per_s = 10;  // token bucket refill
+  double burst = 20;       // token bucket size
+  int max_sessions = 8;    // live sessions (the sessions issue)
+};
+
+// [server]: what `kiln serve` listens on and how it admits, records and stops.
+struct ServerConfig {
+  std::string listen = "127.0.0.1:8080";
+  std::string data_dir;            // empty: store::DefaultDataDir()
+  int concurrency = 0;             // running sandboxes; 0 = the number of cores
+  int queue = 64;                  // requests waiting for a sandbox; beyond: 503
+  double queue_timeout_s = 30;     // longest wait in the queue; then 503
+  uint64_t max_body_bytes = 16ULL << 20;  // larger: 413
+  double client_timeout_s = 30;    // to receive a request's headers and body
+  double shutdown_grace_s = 30;    // SIGTERM: running executions get this long
+  bool store_code = true;          // audit rows keep the code (else sha256 + size)
+  int retention_days = 30;         // audit rows older than this are pruned
+  std::string default_profile = "default";
+  int max_connections = 512;
+};
+
 struct Config {
   std::string source;  // file name, or "built-in"
   std::map<std::string, Profile> profiles;
+  ServerConfig server;
+  std::map<std::string, TenantConfig> tenants;  // "default" always present
   Result<const Profile*> Find(std::string_view name) const;
+  // The tenant's limits, or [tenants.default]'s.
+  const TenantConfig& Tenant(const std::string& name) const;
 };
 
 // Parses TOML text; `source` names it in errors ("kiln.toml:12: ...").

@@ -93,5 +93,38 @@ memory = "1g"
   EXPECT_EQ(over_t.error().message.rfind("timeout:", 0), 0u);
 }
 
+TEST(Config, ServerAndTenants) {
+  const Config& b = BuiltinConfig();
+  EXPECT_EQ(b.server.listen, "127.0.0.1:8080");
+  EXPECT_EQ(b.server.retention_days, 30);
+  EXPECT_EQ(b.Tenant("anyone").max_concurrent, 4);
+  auto c = ParseConfig(R"(
+[server]
+listen = "0.0.0.0:9000"
+queue = 3
+max_body = "1m"
+store_code = false
+[tenants.big]
+max_concurrent = 10
+rate = 100
+burst = 200
+[profiles.default]
+)", "t.toml");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->server.queue, 3);
+  EXPECT_EQ(c->server.max_body_bytes, 1u << 20);
+  EXPECT_FALSE(c->server.store_code);
+  EXPECT_EQ(c->Tenant("big").max_concurrent, 10);
+  EXPECT_EQ(c->Tenant("small").max_concurrent, 4);
+  for (const char* bad : {"[server]\nlisten = 3\n[profiles.default]\n",
+                          "[server]\nqueue = -1\n[profiles.default]\n",
+                          "[server]\nporty = 1\n[profiles.default]\n",
+                          "[tenants.x]\nrate = 0\n[profiles.default]\n",
+                          "[tenants.x]\nspeed = 1\n[profiles.default]\n",
+                          "[server]\ndefault_profile = \"nope\"\n[profiles.default]\n"}) {
+    EXPECT_FALSE(ParseConfig(bad, "t.toml").ok()) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace kiln::config

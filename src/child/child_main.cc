@@ -160,6 +160,18 @@ int ArrangeFds(const ChildPlan& plan) {
 
 void RunChild(const ChildPlan& plan) {
   g_sync_fd = plan.sync_fd;
+  // 0. A clean signal state: the supervisor (or the server's spawner) may
+  //    ignore or block signals for its own reasons; ignored dispositions and
+  //    the mask survive execve, and the program must start with neither.
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    ::sigaction(sig, &dfl, nullptr);  // EINVAL for the few that cannot change: fine
+  }
   // 1. Die with the supervisor: a sandbox must never outlive the process that
   //    enforces its limits.
   KILN_CHILD_STEP(SetupStep::kDeathSignal, ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0));

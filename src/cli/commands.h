@@ -6,6 +6,8 @@
 
 #include <functional>
 
+#include <nlohmann/json.hpp>
+
 namespace kiln::cli {
 
 // Exit codes shared by the subcommands.
@@ -16,6 +18,13 @@ inline constexpr int kExitRefused = 125;  // the host cannot give what the polic
 // the one parsed. The action returns the process's exit code.
 using Action = std::function<int()>;
 void RegisterRun(CLI::App& app, Action* action);
+void RegisterServe(CLI::App& app, Action* action);
 void RegisterDoctor(CLI::App& app, Action* action);
+void RegisterKeys(CLI::App& app, Action* action);
+void RegisterAudit(CLI::App& app, Action* action);
+
+// kiln doctor's report: {"layers": [...], "ready": bool, "verdict": str}. It
+// forks probes (and, with `smoke_test`, a sandbox): single-threaded callers only.
+nlohmann::json DoctorReport(bool smoke_test);
 
 }  // namespace kiln::cli

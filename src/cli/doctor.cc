@@ -25,7 +25,11 @@ struct DoctorFlags {
   bool no_smoke = false;
 };
 
-int DoDoctor(const DoctorFlags& f) {
+}  // namespace
+
+nlohmann::json DoctorReport(bool smoke_test) {
+  DoctorFlags f;
+  f.no_smoke = !smoke_test;
   std::vector<LayerReport> layers = isolation::ProbeNamespacesAndKernel();
   auto host = supervisor::LoadHostContext();
 
@@ -109,26 +113,33 @@ int DoDoctor(const DoctorFlags& f) {
       verdict ? "kiln will run here in its strict default"
               : "kiln will NOT run here in its strict default; missing: " + missing;
   if (verdict && !degraded.empty()) verdict_text += ", with degraded layers: " + degraded;
+  nlohmann::json j;
+  j["layers"] = nlohmann::json::array();
+  for (const auto& l : layers) {
+    j["layers"].push_back({{"name", l.name},
+                           {"state", std::string(isolation::ToString(l.state))},
+                           {"required", l.required},
+                           {"detail", l.detail}});
+  }
+  j["ready"] = verdict;
+  j["verdict"] = verdict_text;
+  return j;
+}
+
+namespace {
+
+int DoDoctor(const DoctorFlags& f) {
+  const nlohmann::json j = DoctorReport(!f.no_smoke);
   if (f.json) {
-    nlohmann::json j;
-    j["layers"] = nlohmann::json::array();
-    for (const auto& l : layers) {
-      j["layers"].push_back({{"name", l.name},
-                             {"state", std::string(isolation::ToString(l.state))},
-                             {"required", l.required},
-                             {"detail", l.detail}});
-    }
-    j["ready"] = verdict;
-    j["verdict"] = verdict_text;
     std::cout << j.dump(2) << "\n";
   } else {
-    for (const auto& l : layers) {
-      std::cout << std::left << std::setw(22) << l.name << std::setw(11)
-                << isolation::ToString(l.state) << l.detail << "\n";
+    for (const auto& l : j["layers"]) {
+      std::cout << std::left << std::setw(22) << l["name"].get<std::string>() << std::setw(11)
+                << l["state"].get<std::string>() << l["detail"].get<std::string>() << "\n";
     }
-    std::cout << "\nverdict: " << verdict_text << "\n";
+    std::cout << "\nverdict: " << j["verdict"].get<std::string>() << "\n";
   }
-  return verdict ? 0 : 1;
+  return j["ready"].get<bool>() ? 0 : 1;
 }
 
 }  // namespace

@@ -17,7 +17,10 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "kiln 0.1.0");
   kiln::cli::Action action;
   kiln::cli::RegisterRun(app, &action);
+  kiln::cli::RegisterServe(app, &action);
   kiln::cli::RegisterDoctor(app, &action);
+  kiln::cli::RegisterKeys(app, &action);
+  kiln::cli::RegisterAudit(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

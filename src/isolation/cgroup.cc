@@ -1,5 +1,6 @@
 #include "isolation/cgroup.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -891,6 +892,31 @@ Status CgroupManager::MoveOwnProcessesToSupervisorLeaf() {
       "cgroup v2: moved {} process(es) from {} to {} so controllers can be enabled below it",
       pids.size(), v2_own_dir_, leaf);
   return OkStatus();
+}
+
+Result<int> CgroupManager::RemoveStale(const std::function<bool(const std::string& name)>& is_stale) {
+  std::vector<std::string> parents;
+  if (mode_ == CgroupMode::kV2) parents.push_back(v2_parent_);
+  if (mode_ == CgroupMode::kV1) {
+    for (const auto& [controller, dir] : v1_parents_) parents.push_back(dir);
+  }
+  int removed = 0;
+  for (const auto& parent : parents) {
+    DIR* d = ::opendir(parent.c_str());
+    if (d == nullptr) continue;  // no parent yet: nothing was ever made there
+    std::vector<std::string> names;
+    while (dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (e->d_type == DT_DIR && name != "." && name != ".." && is_stale(name)) names.push_back(name);
+    }
+    ::closedir(d);
+    for (const auto& name : names) {
+      const std::string dir = JoinPath(parent, name);
+      (void)KillListed(*fs_, JoinPath(dir, "cgroup.procs"));
+      if (RemoveDirRetrying(*fs_, dir).ok()) ++removed;
+    }
+  }
+  return removed;
 }
 
 Result<std::unique_ptr<Cgroup>> CgroupManager::Create(std::string_view name,

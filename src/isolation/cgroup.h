@@ -16,6 +16,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -139,6 +140,12 @@ class CgroupManager {
   // Errors name the directory or control file that failed (step kCgroupCreate);
   // a partly created cgroup is removed before returning. Thread-safe.
   Result<std::unique_ptr<Cgroup>> Create(std::string_view name, const CgroupLimits& limits);
+
+  // Removes leftover sandbox cgroups under the parent: the children whose name
+  // `is_stale` accepts (e.g. "sbx-<pid>-..." of a dead kiln) are emptied
+  // (every listed process SIGKILLed) and removed. Returns how many. Used at
+  // server start, after a crash left cgroups behind.
+  Result<int> RemoveStale(const std::function<bool(const std::string& name)>& is_stale);
 
   // For tests: a manager over explicit roots, no detection. `parent` is
   // relative to `hierarchy_root`; our own cgroup is unknown, so the

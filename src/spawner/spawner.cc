@@ -31,21 +31,25 @@ Status WriteFrame(int fd, const nlohmann::json& message) {
   return OkStatus();
 }
 
-// Reads one frame, polling `extra_fd` too; returns kCancelled when it fires.
-Result<nlohmann::json> ReadFrame(int fd, size_t max, int extra_fd, bool* extra_fired) {
+// Reads one frame, polling `extra_fd` (readable) and `hangup_fd` (peer hung
+// up) too; returns kCancelled when either fires.
+Result<nlohmann::json> ReadFrame(int fd, size_t max, int extra_fd, bool* extra_fired,
+                                 int hangup_fd = -1) {
   ipc::FrameReader reader(max);
   char chunk[65536];
   for (;;) {
     auto next = reader.Next();
     if (!next.ok()) return std::move(next).error();
     if (next->has_value()) return ipc::ParseFrame(**next);
-    pollfd fds[2] = {{fd, POLLIN, 0}, {extra_fd, POLLIN, 0}};
-    const int rc = ::poll(fds, extra_fd >= 0 ? 2 : 1, -1);
+    pollfd fds[3] = {{fd, POLLIN, 0}, {extra_fd, POLLIN, 0}, {hangup_fd, POLLRDHUP, 0}};
+    const int rc = ::poll(fds, 3, -1);  // negative fds are ignored by poll
     if (rc < 0) {
       if (errno == EINTR) continue;
       return ErrnoError("poll job channel");
     }
-    if (extra_fd >= 0 && fds[1].revents != 0 && extra_fired != nullptr && !*extra_fired) {
+    const bool fired = (extra_fd >= 0 && fds[1].revents != 0) ||
+                       (hangup_fd >= 0 && (fds[2].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0);
+    if (fired && extra_fired != nullptr && !*extra_fired) {
       *extra_fired = true;
       return MakeError(Code::kCancelled, "cancelled");
     }
@@ -95,7 +99,7 @@ nlohmann::json LimitsToJson(const config::LimitSpec& l) {
   if (::geteuid() != 0) builder->CgroupRequirement(policy::Requirement::kBestEffort);
   auto policy = builder->Build();
   if (!policy.ok()) reply_error(policy.error());
-  supervisor::Program program{request->filename, request->code, {}};
+  supervisor::Program program{request->filename, request->code, request->env};
   supervisor::RunOptions options;
   options.return_files = request->return_files;
   options.cancel_fd = fd;  // the server closing its end cancels the run
@@ -117,8 +121,16 @@ nlohmann::json LimitsToJson(const config::LimitSpec& l) {
   if (::getppid() != server) ::_exit(0);
   ::prctl(PR_SET_NAME, "kiln-spawner", 0, 0, 0);
   ::signal(SIGPIPE, SIG_IGN);
-  ::signal(SIGTERM, SIG_DFL);
-  ::signal(SIGINT, SIG_IGN);  // a terminal's ^C is the server's to handle
+  // A service manager signals the whole process group or cgroup on stop; the
+  // server orchestrates the drain, so the spawner and its supervisors ignore
+  // SIGTERM and ^C (the sandbox resets every disposition: RunChild step 0).
+  ::signal(SIGTERM, SIG_IGN);
+  ::signal(SIGINT, SIG_IGN);
+  // Nothing we fork may start with a blocked signal mask (the program's own
+  // KeyboardInterrupt and SIGTERM handlers must work).
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
   for (;;) {
     while (::waitpid(-1, nullptr, WNOHANG) > 0) {
     }
@@ -189,6 +201,9 @@ nlohmann::json EncodeRequest(const ExecRequest& r) {
                       {"limits", LimitsToJson(r.limits)},    {"code", r.code},
                       {"filename", r.filename},              {"files", files}};
   j["return_files"] = r.return_files ? nlohmann::json(*r.return_files) : nlohmann::json(nullptr);
+  nlohmann::json env = nlohmann::json::object();
+  for (const auto& [k, v] : r.env) env[k] = v;
+  j["env"] = env;
   return j;
 }
 
@@ -224,6 +239,12 @@ Result<ExecRequest> DecodeRequest(const nlohmann::json& j) {
     KILN_ASSIGN_OR_RETURN(std::string b64, ipc::GetString(f, "content_base64"));
     KILN_ASSIGN_OR_RETURN(std::string bytes, Base64Decode(b64));
     r.files.emplace_back(std::move(path), std::move(bytes));
+  }
+  if (j.contains("env") && j["env"].is_object()) {
+    for (const auto& [k, v] : j["env"].items()) {
+      if (!v.is_string()) return InvalidArgument("env values must be strings");
+      r.env.emplace_back(k, v.get<std::string>());
+    }
   }
   if (j.contains("return_files") && j["return_files"].is_array()) {
     std::vector<std::string> globs;
@@ -265,7 +286,8 @@ Spawner::~Spawner() {
 
 bool Spawner::Alive() const { return pid_ > 0 && ::kill(pid_, 0) == 0; }
 
-Result<ExecResponse> Spawner::Run(const ExecRequest& request, const CancelToken* cancel) {
+Result<ExecResponse> Spawner::Run(const ExecRequest& request, const CancelToken* cancel,
+                                  int hangup_fd) {
   int sp[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) return ErrnoError("socketpair");
   UniqueFd job(sp[0]), theirs(sp[1]);
@@ -292,7 +314,8 @@ Result<ExecResponse> Spawner::Run(const ExecRequest& request, const CancelToken*
   theirs.Reset();
   KILN_TRY(WriteFrame(job.get(), EncodeRequest(request)));
   bool cancelled = false;
-  auto frame = ReadFrame(job.get(), kMaxResponseBytes, cancel ? cancel->fd() : -1, &cancelled);
+  auto frame = ReadFrame(job.get(), kMaxResponseBytes, cancel ? cancel->fd() : -1, &cancelled,
+                         hangup_fd);
   if (!frame.ok() && frame.error().code == Code::kCancelled) {
     // Tell the supervisor (EOF on its end), then take its "cancelled" result.
     ::shutdown(job.get(), SHUT_WR);

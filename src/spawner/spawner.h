@@ -41,6 +41,7 @@ struct ExecRequest {
   std::string filename = "<cell>";
   std::vector<std::pair<std::string, std::string>> files;  // relative path -> bytes
   std::optional<std::vector<std::string>> return_files;    // globs; empty list = all
+  std::vector<std::pair<std::string, std::string>> env;    // validated by the caller
 };
 
 struct ExecResponse {
@@ -74,8 +75,10 @@ class Spawner final {
   // profile, over a maximum, bad file path), the host cannot run it
   // (kFailedPrecondition), or the spawner/supervisor died (kInternal,
   // kUnavailable). A cancelled execution returns its result with status
-  // "cancelled".
-  Result<ExecResponse> Run(const ExecRequest& request, const CancelToken* cancel);
+  // "cancelled". `hangup_fd` (a client's socket, or -1): its peer hanging up
+  // cancels too.
+  Result<ExecResponse> Run(const ExecRequest& request, const CancelToken* cancel,
+                           int hangup_fd = -1);
 
   pid_t pid() const { return pid_; }
   // Whether the spawner process is still there.

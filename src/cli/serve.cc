@@ -1,0 +1,158 @@
+// kiln serve: the HTTP API (docs/api.md). Everything that forks happens here,
+// before the first thread: probes, the readiness smoke test, the font cache,
+// and the spawner, which forks every sandbox after that.
+#include <signal.h>
+#include <unistd.h>
+
+#include <iostream>
+#include <thread>
+
+#include "admission/admission.h"
+#include "base/log.h"
+#include "cli/commands.h"
+#include "config/config.h"
+#include "metrics/metrics.h"
+#include "server/server.h"
+#include "spawner/spawner.h"
+#include "store/store.h"
+#include "supervisor/sandbox.h"
+
+namespace kiln::cli {
+namespace {
+
+struct ServeFlags {
+  std::string config;
+  std::string listen;
+  std::string data_dir;
+};
+
+int Fail(const std::string& message, int code = 1) {
+  std::cerr << "kiln serve: " << message << "\n";
+  return code;
+}
+
+// "sbx-<pid>-..." of a kiln process that no longer exists.
+bool IsStaleSandboxCgroup(const std::string& name) {
+  if (name.rfind("sbx-", 0) != 0) return false;
+  const pid_t pid = static_cast<pid_t>(std::atoi(name.c_str() + 4));
+  return pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+int DoServe(const ServeFlags& f) {
+  // --- Configuration.
+  config::Config cfg;
+  if (!f.config.empty()) {
+    auto c = config::LoadConfigFile(f.config);
+    if (!c.ok()) return Fail("--config: " + c.error().message, kExitUsage);
+    cfg = std::move(*c);
+  } else {
+    cfg = config::BuiltinConfig();
+  }
+  if (!f.listen.empty()) cfg.server.listen = f.listen;
+  if (!f.data_dir.empty()) cfg.server.data_dir = f.data_dir;
+  if (cfg.server.data_dir.empty()) cfg.server.data_dir = store::DefaultDataDir();
+  if (cfg.server.concurrency == 0) {
+    cfg.server.concurrency = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+
+  // --- State: the audit log and keys.
+  auto store = store::Store::Open(cfg.server.data_dir);
+  if (!store.ok()) return Fail(store.error().ToString());
+  if (auto n = (*store)->MarkInterrupted(); n.ok() && *n > 0) {
+    KILN_LOG_WARN("{} execution(s) were running when the server last stopped: marked interrupted", *n);
+  }
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch()).count();
+  (void)(*store)->Prune(now_ms - int64_t{cfg.server.retention_days} * store::kDayMs);
+  auto keys = (*store)->ListKeys();
+  if (!keys.ok()) return Fail(keys.error().ToString());
+  if (keys->empty()) {
+    auto key = (*store)->CreateKey("default");
+    if (!key.ok()) return Fail(key.error().ToString());
+    std::cerr << "kiln: first start: created an API key for tenant 'default' (shown once; more with "
+                 "`kiln keys create --tenant T --data-dir "
+              << cfg.server.data_dir << "`):\n";
+    std::cout << key->key << std::endl;
+  }
+
+  // --- The host, once; leftovers of a crashed server; readiness.
+  auto host = supervisor::LoadHostContext();
+  if (!host.ok()) return Fail(host.error().ToString());
+  if (host->cgroups) {
+    auto removed = host->cgroups->RemoveStale(IsStaleSandboxCgroup);
+    if (removed.ok() && *removed > 0) KILN_LOG_WARN("removed {} stale sandbox cgroup(s)", *removed);
+  }
+  if (Status s = supervisor::EnsureFontCache(*host); !s.ok()) {
+    KILN_LOG_WARN("no matplotlib font cache: {}", s.error().ToString());
+  }
+  nlohmann::json readiness = DoctorReport(/*smoke_test=*/true);
+  if (!readiness.value("ready", false)) {
+    KILN_LOG_ERROR("not ready: {} (GET /readyz answers 503)", readiness.value("verdict", ""));
+  }
+
+  // --- The spawner: the last fork of this process.
+  auto spawner = spawner::Spawner::Start(cfg, std::move(*host));
+  if (!spawner.ok()) return Fail(spawner.error().ToString());
+
+  // From here on there are threads: SIGTERM/SIGINT are taken by sigwait below.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  admission::AdmissionConfig acfg;
+  acfg.global_concurrency = cfg.server.concurrency;
+  acfg.queue_depth = cfg.server.queue;
+  acfg.max_queue_wait = std::chrono::milliseconds(static_cast<int64_t>(cfg.server.queue_timeout_s * 1000));
+  const auto& d = cfg.Tenant("default");
+  acfg.default_tenant = {d.max_concurrent, d.rate_per_s, d.burst};
+  for (const auto& [name, t] : cfg.tenants) acfg.tenants[name] = {t.max_concurrent, t.rate_per_s, t.burst};
+  auto admission = admission::AdmissionController::Create(acfg);
+  if (!admission.ok()) return Fail(admission.error().ToString());
+  metrics::Metrics metrics;
+
+  server::Deps deps{&cfg, store->get(), admission->get(), &metrics, spawner->get(), readiness};
+  auto server = server::HttpServer::Bind(cfg.server.listen, deps);
+  if (!server.ok()) return Fail(server.error().ToString());
+  (*server)->Start();
+  std::cerr << "kiln: listening on http://" << cfg.server.listen.substr(0, cfg.server.listen.rfind(':'))
+            << ":" << (*server)->port() << " (data in " << cfg.server.data_dir << ")" << std::endl;
+
+  // Retention: prune the audit log hourly.
+  std::atomic<bool> done{false};
+  std::thread pruner([&] {
+    for (int tick = 0; !done; ++tick) {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      if (tick % 3600 != 3599) continue;
+      const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch()).count();
+      (void)(*store)->Prune(now - int64_t{cfg.server.retention_days} * store::kDayMs);
+    }
+  });
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::cerr << "kiln: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ": draining (grace "
+            << cfg.server.shutdown_grace_s << " s)" << std::endl;
+  (*server)->Shutdown(std::chrono::milliseconds(static_cast<int64_t>(cfg.server.shutdown_grace_s * 1000)));
+  done = true;
+  pruner.join();
+  server->reset();
+  spawner->reset();  // kills the spawner; nothing is left running under it
+  std::cerr << "kiln: stopped" << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+void RegisterServe(CLI::App& app, Action* action) {
+  auto flags = std::make_shared<ServeFlags>();
+  CLI::App* serve = app.add_subcommand("serve", "Serve the HTTP API");
+  serve->add_option("--config", flags->config, "kiln.toml (default: built-in)");
+  serve->add_option("--listen", flags->listen, "ADDR:PORT (default: server.listen, 127.0.0.1:8080)");
+  serve->add_option("--data-dir", flags->data_dir, "Where the SQLite database lives");
+  serve->callback([flags, action] { *action = [flags] { return DoServe(*flags); }; });
+}
+
+}  // namespace kiln::cli

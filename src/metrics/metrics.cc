@@ -1,0 +1,187 @@
+#include "metrics/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <cmath>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <set>
+#include <utility>
+
+#include "base/log.h"
+
+namespace kiln::metrics {
+
+namespace {
+
+// Caps one label's distinct values (see metrics.h).
+class BoundedLabel {
+ public:
+  std::string Value(std::string_view v) {
+    std::string s(v);
+    if (seen_.count(s) != 0) return s;
+    if (seen_.size() >= kMaxValuesPerLabel) return std::string(kOverflowLabelValue);
+    seen_.insert(s);
+    return s;
+  }
+
+ private:
+  std::set<std::string> seen_;
+};
+
+// Runs `f`, turning a prometheus-cpp exception into a log line: metrics never fail a request.
+template <typename F>
+void Guarded(const char* what, F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    KILN_LOG_WARN("metrics: {} failed: {}", what, e.what());
+  }
+}
+
+}  // namespace
+
+const std::vector<double>& Metrics::DurationBuckets() {
+  // Roughly 1-2.5-5 per decade from 1 ms to 10 s, then the long tail up to the 300 s ceiling of
+  // the shipped profiles' default timeout maxima.
+  static const std::vector<double> kBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                               0.1,   0.25,   0.5,   1,    2.5,   5,
+                                               10,    30,     60,    120,  300};
+  return kBuckets;
+}
+
+struct Metrics::Impl {
+  Impl()
+      : registry(std::make_shared<prometheus::Registry>()),
+        executions(prometheus::BuildCounter()
+                       .Name("kiln_executions_total")
+                       .Help("Finished executions by outcome status and profile.")
+                       .Register(*registry)),
+        duration(prometheus::BuildHistogram()
+                     .Name("kiln_execution_duration_seconds")
+                     .Help("Wall time of finished executions, by profile.")
+                     .Register(*registry)),
+        active(prometheus::BuildGauge()
+                   .Name("kiln_active_sandboxes")
+                   .Help("Executions holding an admission slot.")
+                   .Register(*registry)
+                   .Add({})),
+        queued(prometheus::BuildGauge()
+                   .Name("kiln_queue_depth")
+                   .Help("Requests waiting for an admission slot.")
+                   .Register(*registry)
+                   .Add({})),
+        rejections(prometheus::BuildCounter()
+                       .Name("kiln_rejections_total")
+                       .Help("Requests turned away by admission control, by reason.")
+                       .Register(*registry)),
+        http(prometheus::BuildCounter()
+                 .Name("kiln_http_requests_total")
+                 .Help("HTTP requests by route template and status code.")
+                 .Register(*registry)) {}
+
+  std::shared_ptr<prometheus::Registry> registry;
+  prometheus::Family<prometheus::Counter>& executions;
+  prometheus::Family<prometheus::Histogram>& duration;
+  prometheus::Gauge& active;
+  prometheus::Gauge& queued;
+  prometheus::Family<prometheus::Counter>& rejections;
+  prometheus::Family<prometheus::Counter>& http;
+
+  // Guards the label bounds and the caches below. Family::Add() is thread-safe on its own, but
+  // it builds a new object (for a histogram, its buckets) on every call; caching the pointer
+  // makes the hot path a map lookup plus an atomic add.
+  std::mutex mu;
+  BoundedLabel status_values, profile_values, reason_values, route_values, code_values;
+  std::map<std::pair<std::string, std::string>, prometheus::Counter*> execution_counters;
+  std::map<std::string, prometheus::Histogram*> histograms;
+  std::map<std::string, prometheus::Counter*> rejection_counters;
+  std::map<std::pair<std::string, std::string>, prometheus::Counter*> http_counters;
+};
+
+Metrics::Metrics() : impl_(std::make_unique<Impl>()) {}
+Metrics::~Metrics() = default;
+
+void Metrics::RecordExecution(std::string_view status, std::string_view profile, double seconds) {
+  Guarded("RecordExecution", [&] {
+    if (!(seconds >= 0)) seconds = 0;  // also catches NaN
+    prometheus::Counter* counter;
+    prometheus::Histogram* histogram;
+    {
+      std::lock_guard lock(impl_->mu);
+      std::string s = impl_->status_values.Value(status);
+      std::string p = impl_->profile_values.Value(profile);
+      auto key = std::make_pair(s, p);
+      auto it = impl_->execution_counters.find(key);
+      if (it == impl_->execution_counters.end()) {
+        it = impl_->execution_counters
+                 .emplace(key, &impl_->executions.Add({{"status", s}, {"profile", p}}))
+                 .first;
+      }
+      counter = it->second;
+      auto h = impl_->histograms.find(p);
+      if (h == impl_->histograms.end()) {
+        h = impl_->histograms.emplace(p, &impl_->duration.Add({{"profile", p}}, DurationBuckets()))
+                .first;
+      }
+      histogram = h->second;
+    }
+    counter->Increment();
+    histogram->Observe(seconds);
+  });
+}
+
+void Metrics::SetActive(int64_t n) { impl_->active.Set(static_cast<double>(n)); }
+
+void Metrics::SetQueued(int64_t n) { impl_->queued.Set(static_cast<double>(n)); }
+
+void Metrics::RecordRejection(std::string_view reason) {
+  Guarded("RecordRejection", [&] {
+    prometheus::Counter* counter;
+    {
+      std::lock_guard lock(impl_->mu);
+      std::string r = impl_->reason_values.Value(reason);
+      auto it = impl_->rejection_counters.find(r);
+      if (it == impl_->rejection_counters.end()) {
+        it = impl_->rejection_counters.emplace(r, &impl_->rejections.Add({{"reason", r}})).first;
+      }
+      counter = it->second;
+    }
+    counter->Increment();
+  });
+}
+
+void Metrics::RecordHttp(std::string_view route, int code) {
+  Guarded("RecordHttp", [&] {
+    prometheus::Counter* counter;
+    {
+      std::lock_guard lock(impl_->mu);
+      std::string r = impl_->route_values.Value(route);
+      std::string c = impl_->code_values.Value(std::to_string(code));
+      auto key = std::make_pair(r, c);
+      auto it = impl_->http_counters.find(key);
+      if (it == impl_->http_counters.end()) {
+        it = impl_->http_counters.emplace(key, &impl_->http.Add({{"route", r}, {"code", c}}))
+                 .first;
+      }
+      counter = it->second;
+    }
+    counter->Increment();
+  });
+}
+
+std::string Metrics::Render() const {
+  std::string out;
+  Guarded("Render", [&] {
+    out = prometheus::TextSerializer().Serialize(impl_->registry->Collect());
+  });
+  return out;
+}
+
+}  // namespace kiln::metrics

@@ -1,0 +1,69 @@
+// kiln::metrics: the server's Prometheus metrics, rendered by kiln's own HTTP server at
+// GET /metrics (prometheus-cpp's core library for the data model and the text format; its
+// pull/exposer library is deliberately not used).
+//
+// Runs in the server (supervisor side). Thread-safe: every method may be called from any thread.
+//
+// Series:
+//   kiln_executions_total{status,profile}            counter
+//   kiln_execution_duration_seconds{profile}         histogram, buckets 1 ms .. 300 s
+//   kiln_active_sandboxes                            gauge
+//   kiln_queue_depth                                 gauge
+//   kiln_rejections_total{reason}                    counter
+//   kiln_http_requests_total{route,code}             counter
+//
+// IMPORTANT: label values must come from small closed sets: `status` from
+// supervisor::ToString(Outcome), `profile` from the configured profile names, `reason` from the
+// admission::kReason* strings, `route` from the router's route *templates* (e.g.
+// "/v1/sessions/{id}/execute", or "unmatched" for 404s), never from raw request paths. As a
+// backstop each label keeps at most kMaxValuesPerLabel distinct values; later new values are
+// recorded as "other", so a bug cannot grow memory or the scrape without bound.
+//
+// Never fails and never throws: a metric must not fail an execution. prometheus-cpp exceptions
+// are caught here (P7) and logged.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln::metrics {
+
+inline constexpr size_t kMaxValuesPerLabel = 100;
+inline constexpr std::string_view kOverflowLabelValue = "other";
+
+class Metrics final {
+ public:
+  Metrics();
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // One finished execution: kiln_executions_total{status,profile} += 1 and one observation of
+  // kiln_execution_duration_seconds{profile}. `seconds` is the execution's wall time; negative
+  // or NaN values are recorded as 0.
+  void RecordExecution(std::string_view status, std::string_view profile, double seconds);
+  // Gauges; the server sets them from AdmissionController::active()/queued(), on every change or
+  // just before Render().
+  void SetActive(int64_t n);
+  void SetQueued(int64_t n);
+  // kiln_rejections_total{reason} += 1 (reason: admission::Rejection::reason).
+  void RecordRejection(std::string_view reason);
+  // kiln_http_requests_total{route,code} += 1 (route: the matched route template).
+  void RecordHttp(std::string_view route, int code);
+
+  // Prometheus text exposition format 0.0.4; serve with
+  // "Content-Type: text/plain; version=0.0.4; charset=utf-8".
+  std::string Render() const;
+
+  // The histogram's upper bounds in seconds (+Inf is implicit).
+  static const std::vector<double>& DurationBuckets();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln::metrics

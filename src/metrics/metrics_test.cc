@@ -1,0 +1,146 @@
+#include "metrics/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+namespace kiln::metrics {
+namespace {
+
+// True if `text` has a line that is exactly `line`.
+bool HasLine(const std::string& text, const std::string& line) {
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) {
+    if (l == line) return true;
+  }
+  return false;
+}
+
+int CountLinesStartingWith(const std::string& text, const std::string& prefix) {
+  std::istringstream in(text);
+  int n = 0;
+  for (std::string l; std::getline(in, l);) n += l.rfind(prefix, 0) == 0 ? 1 : 0;
+  return n;
+}
+
+TEST(Metrics, RendersEverySeriesWithItsValues) {
+  Metrics m;
+  m.RecordExecution("ok", "default", 0.002);
+  m.RecordExecution("ok", "default", 1.5);
+  m.RecordExecution("timeout", "strict", 30);
+  m.SetActive(3);
+  m.SetQueued(7);
+  m.RecordRejection("rate");
+  m.RecordRejection("rate");
+  m.RecordRejection("queue_full");
+  m.RecordHttp("/v1/execute", 200);
+  m.RecordHttp("/v1/execute", 429);
+  m.RecordHttp("/v1/execute", 429);
+  const std::string text = m.Render();
+  SCOPED_TRACE(text);
+
+  EXPECT_TRUE(HasLine(text, "# TYPE kiln_executions_total counter"));
+  EXPECT_TRUE(HasLine(text, "kiln_executions_total{profile=\"default\",status=\"ok\"} 2"));
+  EXPECT_TRUE(HasLine(text, "kiln_executions_total{profile=\"strict\",status=\"timeout\"} 1"));
+
+  EXPECT_TRUE(HasLine(text, "# TYPE kiln_execution_duration_seconds histogram"));
+  EXPECT_TRUE(HasLine(text, "kiln_execution_duration_seconds_count{profile=\"default\"} 2"));
+  EXPECT_TRUE(HasLine(text, "kiln_execution_duration_seconds_sum{profile=\"default\"} 1.502"));
+  // Buckets are cumulative: 0.002 s lands in le=0.0025 and above; 1.5 s from le=2.5 on.
+  EXPECT_TRUE(
+      HasLine(text, "kiln_execution_duration_seconds_bucket{profile=\"default\",le=\"0.001\"} 0"));
+  EXPECT_TRUE(
+      HasLine(text, "kiln_execution_duration_seconds_bucket{profile=\"default\",le=\"0.0025\"} 1"));
+  EXPECT_TRUE(
+      HasLine(text, "kiln_execution_duration_seconds_bucket{profile=\"default\",le=\"1\"} 1"));
+  EXPECT_TRUE(
+      HasLine(text, "kiln_execution_duration_seconds_bucket{profile=\"default\",le=\"2.5\"} 2"));
+  EXPECT_TRUE(
+      HasLine(text, "kiln_execution_duration_seconds_bucket{profile=\"default\",le=\"300\"} 2"));
+  EXPECT_TRUE(
+      HasLine(text, "kiln_execution_duration_seconds_bucket{profile=\"default\",le=\"+Inf\"} 2"));
+  EXPECT_TRUE(
+      HasLine(text, "kiln_execution_duration_seconds_bucket{profile=\"strict\",le=\"10\"} 0"));
+  EXPECT_TRUE(
+      HasLine(text, "kiln_execution_duration_seconds_bucket{profile=\"strict\",le=\"30\"} 1"));
+
+  EXPECT_TRUE(HasLine(text, "# TYPE kiln_active_sandboxes gauge"));
+  EXPECT_TRUE(HasLine(text, "kiln_active_sandboxes 3"));
+  EXPECT_TRUE(HasLine(text, "kiln_queue_depth 7"));
+  EXPECT_TRUE(HasLine(text, "kiln_rejections_total{reason=\"rate\"} 2"));
+  EXPECT_TRUE(HasLine(text, "kiln_rejections_total{reason=\"queue_full\"} 1"));
+  EXPECT_TRUE(HasLine(text, "kiln_http_requests_total{code=\"200\",route=\"/v1/execute\"} 1"));
+  EXPECT_TRUE(HasLine(text, "kiln_http_requests_total{code=\"429\",route=\"/v1/execute\"} 2"));
+
+  m.SetActive(0);
+  EXPECT_TRUE(HasLine(m.Render(), "kiln_active_sandboxes 0"));
+}
+
+TEST(Metrics, GaugesArePresentBeforeAnythingHappens) {
+  Metrics m;
+  const std::string text = m.Render();
+  EXPECT_TRUE(HasLine(text, "kiln_active_sandboxes 0")) << text;
+  EXPECT_TRUE(HasLine(text, "kiln_queue_depth 0")) << text;
+}
+
+TEST(Metrics, BucketsCoverOneMillisecondToFiveMinutes) {
+  const auto& b = Metrics::DurationBuckets();
+  ASSERT_FALSE(b.empty());
+  EXPECT_DOUBLE_EQ(b.front(), 0.001);
+  EXPECT_DOUBLE_EQ(b.back(), 300);
+  for (size_t i = 1; i < b.size(); ++i) EXPECT_LT(b[i - 1], b[i]);
+}
+
+TEST(Metrics, BadDurationsAndHostileLabelValues) {
+  Metrics m;
+  m.RecordExecution("ok", "p", -5);
+  m.RecordExecution("ok", "p", std::nan(""));
+  m.RecordHttp("a\"b\\c\nd", 400);  // escaped by the serializer, not a broken exposition
+  const std::string text = m.Render();
+  EXPECT_TRUE(HasLine(text, "kiln_execution_duration_seconds_sum{profile=\"p\"} 0")) << text;
+  EXPECT_TRUE(HasLine(text, "kiln_execution_duration_seconds_bucket{profile=\"p\",le=\"0.001\"} 2"))
+      << text;
+  EXPECT_TRUE(HasLine(text, "kiln_http_requests_total{code=\"400\",route=\"a\\\"b\\\\c\\nd\"} 1"))
+      << text;
+}
+
+TEST(Metrics, LabelCardinalityIsCapped) {
+  Metrics m;
+  for (size_t i = 0; i < kMaxValuesPerLabel + 50; ++i) m.RecordHttp("/raw/" + std::to_string(i), 404);
+  const std::string text = m.Render();
+  EXPECT_EQ(CountLinesStartingWith(text, "kiln_http_requests_total{"),
+            static_cast<int>(kMaxValuesPerLabel) + 1);
+  EXPECT_TRUE(HasLine(text, "kiln_http_requests_total{code=\"404\",route=\"other\"} 50")) << text;
+  // Values seen before the cap keep their own series.
+  m.RecordHttp("/raw/0", 404);
+  EXPECT_TRUE(HasLine(m.Render(), "kiln_http_requests_total{code=\"404\",route=\"/raw/0\"} 2"));
+}
+
+TEST(Metrics, ConcurrentRecordingLosesNothing) {
+  Metrics m;
+  constexpr int kThreads = 8;
+  constexpr int kEach = 1000;
+  {
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < kEach; ++i) {
+          m.RecordExecution("ok", t % 2 == 0 ? "even" : "odd", 0.01);
+          m.RecordRejection("rate");
+          if (i % 100 == 0) (void)m.Render();
+        }
+      });
+    }
+  }
+  const std::string text = m.Render();
+  EXPECT_TRUE(HasLine(text, "kiln_executions_total{profile=\"even\",status=\"ok\"} 4000")) << text;
+  EXPECT_TRUE(HasLine(text, "kiln_executions_total{profile=\"odd\",status=\"ok\"} 4000")) << text;
+  EXPECT_TRUE(HasLine(text, "kiln_execution_duration_seconds_count{profile=\"odd\"} 4000")) << text;
+  EXPECT_TRUE(HasLine(text, "kiln_rejections_total{reason=\"rate\"} 8000")) << text;
+}
+
+}  // namespace
+}  // namespace kiln::metrics

@@ -1,0 +1,53 @@
+// Parsing and validating the bodies of the two execute endpoints into a
+// spawner::ExecRequest. Pure functions: every rule of docs/api.md lives here
+// and is unit-tested without a server.
+//
+// POST /v1/execute errors name the field: {error: {code, message, field}}.
+// POST /execute keeps the reference design's contract: 422 with a FastAPI-style
+// detail list naming the field.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "spawner/spawner.h"
+
+namespace kiln::server {
+
+struct FieldError {
+  std::string field;    // "code", "files[2].path", ...; empty when the body itself is bad
+  std::string code;     // "invalid_json", "missing_field", "invalid_type", "invalid_value"
+  std::string message;
+};
+
+struct V1Request {
+  spawner::ExecRequest exec;
+  bool return_files = false;
+};
+
+// `body` is the raw request body; `default_profile` applies when none is given.
+std::optional<FieldError> ParseV1Execute(const std::string& body, const std::string& default_profile,
+                                         V1Request* out);
+
+struct ReferenceRequest {
+  spawner::ExecRequest exec;
+  double timeout_s = 30;
+  bool return_output_files = false;
+};
+
+std::optional<FieldError> ParseReferenceExecute(const std::string& body,
+                                                const std::string& default_profile,
+                                                ReferenceRequest* out);
+
+// A variable name a request may set for its program (not one kiln sets).
+bool IsUserEnvName(const std::string& name);
+
+// {"error": {"code", "message", "field"}}
+nlohmann::json V1ErrorBody(const std::string& code, const std::string& message,
+                           const std::string& field = "");
+// {"detail": [{"loc": ["body", field], "msg", "type"}]}
+nlohmann::json ReferenceValidationBody(const FieldError& e);
+
+}  // namespace kiln::server

@@ -1,0 +1,539 @@
+#include "server/server.h"
+
+#include <sys/socket.h>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "base/base64.h"
+#include "base/log.h"
+#include "server/request.h"
+
+namespace kiln::server {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+using Request = http::request<http::string_body>;
+using Response = http::response<http::string_body>;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string NewId() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+std::string FormatSeconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+Response Json(http::status status, const nlohmann::json& body, unsigned version, bool keep_alive) {
+  Response res{status, version};
+  res.set(http::field::content_type, "application/json");
+  res.set(http::field::server, "kiln");
+  res.keep_alive(keep_alive);
+  res.body() = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  res.prepare_payload();
+  return res;
+}
+
+// The one table from kiln::Code to HTTP (P7).
+http::status StatusFor(Code code) {
+  switch (code) {
+    case Code::kInvalidArgument:
+    case Code::kOutOfRange: return http::status::bad_request;
+    case Code::kUnauthenticated: return http::status::unauthorized;
+    case Code::kPermissionDenied: return http::status::forbidden;
+    case Code::kNotFound: return http::status::not_found;
+    case Code::kAlreadyExists:
+    case Code::kAborted: return http::status::conflict;
+    case Code::kResourceExhausted: return http::status::too_many_requests;
+    case Code::kFailedPrecondition:
+    case Code::kUnavailable: return http::status::service_unavailable;
+    case Code::kDeadlineExceeded: return http::status::gateway_timeout;
+    case Code::kUnimplemented: return http::status::not_implemented;
+    case Code::kCancelled: return http::status::bad_request;
+    case Code::kOk:
+    case Code::kUnknown:
+    case Code::kInternal:
+    case Code::kDataLoss: return http::status::internal_server_error;
+  }
+  return http::status::internal_server_error;
+}
+
+// "memory: 8 GiB is over ..." -> field "memory" (PolicyBuilder and PolicyFor
+// errors start with the field they are about).
+std::string FieldOf(const std::string& message) {
+  const auto colon = message.find(':');
+  if (colon == std::string::npos || colon > 32) return "";
+  const std::string f = message.substr(0, colon);
+  for (char c : f) {
+    if (!(c == '_' || (c >= 'a' && c <= 'z'))) return "";
+  }
+  if (f == "output_limit") return "output_limit";
+  if (f == "cpu_time") return "cpu_time";
+  if (f == "timeout" || f == "memory" || f == "cpus" || f == "pids" || f == "disk" || f == "files" ||
+      f == "profile" || f == "file") {
+    return f == "file" ? "files" : f;
+  }
+  return "";
+}
+
+}  // namespace
+
+const std::vector<std::string>& Routes() {
+  static const std::vector<std::string> kRoutes = {
+      "GET /healthz", "GET /readyz", "GET /metrics", "GET /openapi.json",
+      "POST /v1/execute", "POST /execute"};
+  return kRoutes;
+}
+
+struct HttpServer::Impl {
+  Deps deps;
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
+  std::thread accept_thread;
+  std::atomic<bool> stopping{false};
+
+  std::mutex mu;
+  std::condition_variable cv;
+  int connections = 0;
+  std::set<int> sockets;                        // open client sockets (for shutdown)
+  std::set<spawner::CancelToken*> running;      // executions in flight
+
+  // --- connections ---------------------------------------------------------
+
+  void AcceptLoop() {
+    for (;;) {
+      beast::error_code ec;
+      tcp::socket socket(io);
+      acceptor.accept(socket, ec);
+      if (stopping) return;
+      if (ec) {
+        if (ec == asio::error::operation_aborted || ec == asio::error::bad_descriptor) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));  // EMFILE and friends
+        continue;
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (connections >= deps.config->server.max_connections) {
+          // Over the connection cap: answer 503 right here and close.
+          Response res = Json(http::status::service_unavailable,
+                              V1ErrorBody("server_full", "too many connections"), 11, false);
+          res.set(http::field::retry_after, "1");
+          beast::error_code ignored;
+          http::write(socket, res, ignored);
+          deps.metrics->RecordRejection("connections");
+          continue;
+        }
+        ++connections;
+        sockets.insert(socket.native_handle());
+      }
+      std::thread([this, s = std::move(socket)]() mutable { Serve(std::move(s)); }).detach();
+    }
+  }
+
+  void Serve(tcp::socket socket) {
+    const int fd = socket.native_handle();
+    // Slow clients: every receive and send must progress within client_timeout.
+    const double t = deps.config->server.client_timeout_s;
+    timeval tv{static_cast<time_t>(t), static_cast<suseconds_t>((t - std::floor(t)) * 1e6)};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    std::string peer;
+    {
+      beast::error_code ec;
+      auto ep = socket.remote_endpoint(ec);
+      if (!ec) peer = ep.address().to_string();
+    }
+    beast::flat_buffer buffer;
+    for (;;) {
+      http::request_parser<http::string_body> parser;
+      parser.body_limit(deps.config->server.max_body_bytes);
+      parser.header_limit(64 * 1024);
+      beast::error_code ec;
+      http::read(socket, buffer, parser, ec);
+      if (ec == http::error::body_limit) {
+        Response res = Json(http::status::payload_too_large,
+                            V1ErrorBody("body_too_large", "the request body is over " +
+                                                              std::to_string(deps.config->server.max_body_bytes) +
+                                                              " bytes"),
+                            11, false);
+        http::write(socket, res, ec);
+        deps.metrics->RecordHttp("body_limit", 413);
+        break;
+      }
+      if (ec) break;  // closed, timed out, or malformed: drop the connection
+      Request req = parser.release();
+      const bool keep_alive = req.keep_alive() && !stopping;
+      Response res = Handle(req, peer, fd);
+      res.keep_alive(keep_alive && res.keep_alive());
+      http::write(socket, res, ec);
+      if (ec || !res.keep_alive()) break;
+    }
+    beast::error_code ignored;
+    socket.shutdown(tcp::socket::shutdown_both, ignored);
+    std::lock_guard<std::mutex> lock(mu);
+    sockets.erase(fd);
+    socket.close(ignored);
+    --connections;
+    cv.notify_all();
+  }
+
+  // --- routing -------------------------------------------------------------
+
+  Response Handle(const Request& req, const std::string& peer, int client_fd) {
+    const auto started = Clock::now();
+    std::string target(req.target());
+    if (auto q = target.find('?'); q != std::string::npos) target.resize(q);
+    const std::string method(req.method_string());
+    const std::string route = method + " " + target;
+    Response res;
+    bool known_path = false;
+    for (const auto& r : Routes()) known_path = known_path || r.substr(r.find(' ') + 1) == target;
+    if (route == "GET /healthz") {
+      res = Json(http::status::ok, {{"status", "ok"}}, req.version(), true);
+    } else if (route == "GET /readyz") {
+      const bool ready = deps.readiness.value("ready", false) && deps.spawner->Alive() && !stopping;
+      nlohmann::json body = deps.readiness;
+      body["ready"] = ready;
+      if (!deps.spawner->Alive()) body["spawner"] = "dead";
+      if (stopping) body["shutting_down"] = true;
+      res = Json(ready ? http::status::ok : http::status::service_unavailable, body, req.version(), true);
+    } else if (route == "GET /metrics") {
+      deps.metrics->SetActive(deps.admission->active());
+      deps.metrics->SetQueued(deps.admission->queued());
+      res = Response{http::status::ok, req.version()};
+      res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+      res.body() = deps.metrics->Render();
+      res.prepare_payload();
+    } else if (route == "GET /openapi.json") {
+      res = Response{http::status::ok, req.version()};
+      res.set(http::field::content_type, "application/json");
+      res.body() = std::string(OpenApiText());
+      res.prepare_payload();
+    } else if (route == "POST /v1/execute") {
+      res = ExecuteV1(req, peer, client_fd);
+    } else if (route == "POST /execute") {
+      res = ExecuteReference(req, peer, client_fd);
+    } else if (known_path) {
+      res = Json(http::status::method_not_allowed,
+                 V1ErrorBody("method_not_allowed", method + " is not allowed on " + target), req.version(), true);
+    } else {
+      res = Json(http::status::not_found, V1ErrorBody("not_found", "no route " + target), req.version(), true);
+    }
+    res.set(http::field::server, "kiln");
+    const int code = static_cast<int>(res.result_int());
+    deps.metrics->RecordHttp(known_path ? target : "other", code);
+    KILN_LOG_INFO("http {} {} -> {} ({:.1f} ms)", method, target, code,
+                  std::chrono::duration<double, std::milli>(Clock::now() - started).count());
+    return res;
+  }
+
+  // --- auth ----------------------------------------------------------------
+
+  std::optional<store::KeyInfo> Authenticate(const Request& req) {
+    std::string key;
+    if (auto it = req.find(http::field::authorization); it != req.end()) {
+      const std::string v(it->value());
+      if (v.size() > 7 && (v.compare(0, 7, "Bearer ") == 0 || v.compare(0, 7, "bearer ") == 0)) {
+        key = v.substr(7);
+      }
+    }
+    if (key.empty()) {
+      if (auto it = req.find("X-API-Key"); it != req.end()) key = std::string(it->value());
+    }
+    if (key.empty()) return std::nullopt;
+    auto info = deps.store->Authenticate(key);
+    if (!info.ok()) {
+      KILN_LOG_ERROR("key store: {}", info.error().ToString());
+      return std::nullopt;
+    }
+    return *info;
+  }
+
+  // --- execution -----------------------------------------------------------
+
+  struct Outcome {
+    std::optional<spawner::ExecResponse> response;
+    std::optional<admission::Rejection> rejection;
+    std::optional<Error> error;  // refused before running (bad profile/limits) or internal
+  };
+
+  Outcome Run(spawner::ExecRequest& exec, const store::KeyInfo& key, const std::string& peer, int client_fd) {
+    Outcome out;
+    // Profile and limits first: a request over a maximum is a 400, not a queue slot.
+    auto profile = deps.config->Find(exec.profile);
+    if (!profile.ok()) {
+      out.error = MakeError(Code::kInvalidArgument, "profile: " + profile.error().message);
+      return out;
+    }
+    auto builder = config::PolicyFor(**profile, exec.limits);
+    if (!builder.ok()) {
+      out.error = builder.error();
+      return out;
+    }
+    for (const auto& [path, bytes] : exec.files) builder->AddFileContent(path, bytes);
+    if (auto built = builder->Build(); !built.ok()) {
+      out.error = built.error();
+      return out;
+    }
+    exec.id = NewId();
+    const int64_t started_ms = NowMs();
+    auto audit_start = [&](const std::string& profile_name) {
+      store::AuditStart s;
+      s.id = exec.id;
+      s.tenant = key.tenant;
+      s.key_id = key.id;
+      s.profile = profile_name;
+      s.started_ms = started_ms;
+      s.code = exec.code;
+      s.store_code = deps.config->server.store_code;
+      s.client_addr = peer;
+      return s;
+    };
+    auto permit = deps.admission->Acquire(key.tenant, [client_fd] {
+      char c;
+      const ssize_t n = ::recv(client_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      return n == 0;  // the client hung up while queued
+    });
+    if (!permit.ok()) {
+      out.rejection = permit.error();
+      deps.metrics->RecordRejection(out.rejection->reason);
+      // Rejected requests are recorded too: one row, status "rejected".
+      if (deps.store->BeginExecution(audit_start(exec.profile)).ok()) {
+        store::AuditFinish f;
+        f.id = exec.id;
+        f.ended_ms = NowMs();
+        f.status = "rejected";
+        f.reason = out.rejection->reason;
+        (void)deps.store->FinishExecution(f);
+      }
+      return out;
+    }
+    if (Status s = deps.store->BeginExecution(audit_start(exec.profile)); !s.ok()) {
+      out.error = MakeError(Code::kInternal, "audit log: " + s.error().ToString());
+      return out;
+    }
+    spawner::CancelToken cancel;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      running.insert(&cancel);
+    }
+    deps.metrics->SetActive(deps.admission->active());
+    auto response = deps.spawner->Run(exec, &cancel, client_fd);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      running.erase(&cancel);
+    }
+    permit->Reset();
+    deps.metrics->SetActive(deps.admission->active());
+    store::AuditFinish f;
+    f.id = exec.id;
+    f.ended_ms = NowMs();
+    if (!response.ok()) {
+      f.status = response.error().code == Code::kInvalidArgument ? "rejected" : "internal_error";
+      f.reason = response.error().ToString();
+      out.error = std::move(response).error();
+    } else {
+      const auto& j = response->result;
+      f.status = j.value("status", "internal_error");
+      if (j["exit_code"].is_number_integer()) f.exit_code = j["exit_code"].get<int>();
+      if (j["signal"].is_number_integer()) f.signal = j["signal"].get<int>();
+      f.duration_ms = j.value("duration_ms", 0.0);
+      f.cpu_ms = j.value("cpu_ms", 0.0);
+      f.peak_memory_bytes = j.value("peak_memory_bytes", uint64_t{0});
+      f.stdout_bytes = j.value("stdout", std::string()).size();
+      f.stderr_bytes = j.value("stderr", std::string()).size();
+      f.stdout_truncated = j.value("stdout_truncated", false);
+      f.stderr_truncated = j.value("stderr_truncated", false);
+      if (j.contains("policy_violation")) f.policy_violation = j["policy_violation"].dump();
+      f.reason = j.value("reason", "");
+      deps.metrics->RecordExecution(f.status, exec.profile, f.duration_ms / 1e3);
+      out.response = std::move(*response);
+    }
+    // Committed before the reply is sent: a crash after this loses nothing.
+    if (Status s = deps.store->FinishExecution(f); !s.ok()) {
+      KILN_LOG_ERROR("audit log: {}", s.error().ToString());
+    }
+    KILN_LOG_INFO("execution {} tenant={} status={} duration_ms={:.1f}", exec.id, key.tenant, f.status,
+                  f.duration_ms);
+    return out;
+  }
+
+  Response Rejected(const admission::Rejection& r, unsigned version, bool reference) {
+    const auto status = r.tenant_quota ? http::status::too_many_requests : http::status::service_unavailable;
+    nlohmann::json body = reference ? nlohmann::json{{"detail", r.error.message}}
+                                    : V1ErrorBody(r.reason, r.error.message);
+    Response res = Json(status, body, version, true);
+    res.set(http::field::retry_after, std::to_string(std::max(1, r.retry_after_s)));
+    return res;
+  }
+
+  Response ExecuteV1(const Request& req, const std::string& peer, int client_fd) {
+    auto key = Authenticate(req);
+    if (!key) {
+      Response res = Json(http::status::unauthorized,
+                          V1ErrorBody("unauthenticated", "a valid API key is required (Authorization: "
+                                                         "Bearer KEY or X-API-Key: KEY)"),
+                          req.version(), true);
+      res.set(http::field::www_authenticate, "Bearer");
+      return res;
+    }
+    V1Request parsed;
+    if (auto e = ParseV1Execute(req.body(), deps.config->server.default_profile, &parsed)) {
+      return Json(http::status::bad_request, V1ErrorBody(e->code, e->message, e->field), req.version(), true);
+    }
+    Outcome out = Run(parsed.exec, *key, peer, client_fd);
+    if (out.rejection) return Rejected(*out.rejection, req.version(), false);
+    if (out.error) {
+      const auto status = StatusFor(out.error->code);
+      return Json(status, V1ErrorBody(std::string(ToString(out.error->code)), out.error->message,
+                                      FieldOf(out.error->message)),
+                  req.version(), true);
+    }
+    nlohmann::json body = out.response->result;
+    body["id"] = parsed.exec.id;
+    if (parsed.return_files) {
+      nlohmann::json files = nlohmann::json::array();
+      for (const auto& [path, bytes] : out.response->files) {
+        files.push_back({{"path", path}, {"size", bytes.size()}, {"content_base64", Base64Encode(bytes)}});
+      }
+      body["files"] = files;
+    }
+    return Json(http::status::ok, body, req.version(), true);
+  }
+
+  Response ExecuteReference(const Request& req, const std::string& peer, int client_fd) {
+    // The reference design's contract, exactly (docs/api.md, "POST /execute").
+    auto key = Authenticate(req);
+    if (!key) return Json(http::status::unauthorized, {{"detail", "Invalid API Key"}}, req.version(), true);
+    ReferenceRequest parsed;
+    if (auto e = ParseReferenceExecute(req.body(), deps.config->server.default_profile, &parsed)) {
+      return Json(http::status::unprocessable_entity, ReferenceValidationBody(*e), req.version(), true);
+    }
+    Outcome out = Run(parsed.exec, *key, peer, client_fd);
+    if (out.rejection) return Rejected(*out.rejection, req.version(), true);
+    if (out.error) {
+      const auto status = out.error->code == Code::kInvalidArgument ? http::status::unprocessable_entity
+                                                                   : StatusFor(out.error->code);
+      const std::string field = FieldOf(out.error->message);
+      nlohmann::json body = status == http::status::unprocessable_entity
+                                ? ReferenceValidationBody(FieldError{field, "value_error", out.error->message})
+                                : nlohmann::json{{"detail", out.error->message}};
+      return Json(status, body, req.version(), true);
+    }
+    const auto& j = out.response->result;
+    const std::string status = j.value("status", "");
+    if (status == "timeout") {
+      return Json(http::status::request_timeout,
+                  {{"detail", "Execution timeout after " + FormatSeconds(parsed.timeout_s) + " s"}},
+                  req.version(), true);
+    }
+    int exit_code = 0;
+    if (j["exit_code"].is_number_integer()) {
+      exit_code = j["exit_code"].get<int>();
+    } else if (j["signal"].is_number_integer()) {
+      exit_code = 128 + j["signal"].get<int>();  // as a container's exit code would say
+    } else {
+      exit_code = status == "ok" ? 0 : 1;
+    }
+    nlohmann::json body = {{"task_id", parsed.exec.id},
+                           {"stdout", j.value("stdout", "")},
+                           {"stderr", j.value("stderr", "")},
+                           {"exit_code", exit_code},
+                           {"execution_time", j.value("duration_ms", 0.0) / 1e3}};
+    if (parsed.return_output_files) {
+      nlohmann::json files = nlohmann::json::object();
+      for (const auto& [path, bytes] : out.response->files) files[path] = bytes;  // text, as the reference
+      body["output_files"] = files;
+    } else {
+      body["output_files"] = nullptr;
+    }
+    return Json(http::status::ok, body, req.version(), true);
+  }
+};
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpServer::~HttpServer() { Shutdown(std::chrono::milliseconds(0)); }
+
+Result<std::unique_ptr<HttpServer>> HttpServer::Bind(const std::string& listen, Deps deps) {
+  const auto colon = listen.rfind(':');
+  if (colon == std::string::npos) return InvalidArgument("listen: '" + listen + "' is not ADDR:PORT");
+  std::string host = listen.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = 0;
+  try {
+    port = std::stoi(listen.substr(colon + 1));
+  } catch (...) {
+    port = -1;
+  }
+  if (port < 0 || port > 65535) return InvalidArgument("listen: '" + listen + "' has no valid port");
+  auto impl = std::make_unique<Impl>();
+  impl->deps = std::move(deps);
+  beast::error_code ec;
+  const auto address = asio::ip::make_address(host, ec);
+  if (ec) return InvalidArgument("listen: '" + host + "' is not an IP address");
+  const tcp::endpoint endpoint(address, static_cast<uint16_t>(port));
+  impl->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) impl->acceptor.bind(endpoint, ec);
+  if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return MakeError(Code::kUnavailable, "listen on " + listen + ": " + ec.message());
+  const uint16_t bound = impl->acceptor.local_endpoint().port();
+  auto server = std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+  server->port_ = bound;
+  return server;
+}
+
+void HttpServer::Start() {
+  impl_->accept_thread = std::thread([this] { impl_->AcceptLoop(); });
+}
+
+void HttpServer::Shutdown(std::chrono::milliseconds grace) {
+  Impl& s = *impl_;
+  if (s.stopping.exchange(true)) {
+    if (s.accept_thread.joinable()) s.accept_thread.join();
+    return;
+  }
+  // 1. Stop accepting.
+  beast::error_code ec;
+  s.acceptor.cancel(ec);
+  ::shutdown(s.acceptor.native_handle(), SHUT_RDWR);
+  s.acceptor.close(ec);
+  if (s.accept_thread.joinable()) s.accept_thread.join();
+  // 2. No new executions; queued ones fail with 503.
+  s.deps.admission->BeginShutdown();
+  // 3. Running executions get the grace period, then are cancelled.
+  if (!s.deps.admission->WaitIdle(grace)) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (auto* token : s.running) token->Cancel();
+  }
+  s.deps.admission->WaitIdle(std::chrono::seconds(30));
+  // 4. Idle keep-alive connections: wake their reads so the threads exit.
+  std::unique_lock<std::mutex> lock(s.mu);
+  for (int fd : s.sockets) ::shutdown(fd, SHUT_RD);
+  s.cv.wait_for(lock, std::chrono::seconds(10), [&s] { return s.connections == 0; });
+}
+
+}  // namespace kiln::server

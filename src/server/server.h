@@ -1,0 +1,72 @@
+// kiln serve's HTTP API (docs/api.md): Boost.Beast, one thread per connection
+// (connections are bounded by server.max_connections; sandboxes by admission
+// control), every socket with receive/send timeouts so a slow client cannot
+// hold a thread forever. The server never forks: executions go to the
+// spawner process.
+//
+// Request flow of an execute: parse + validate (400/422) -> authenticate
+// (401) -> admission (429 tenant quota / 503 server full, with Retry-After) ->
+// audit row "running" -> spawner (the supervisor runs the sandbox) -> audit row
+// finished and committed -> reply. A client that disconnects cancels its
+// execution.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "admission/admission.h"
+#include "base/result.h"
+#include "config/config.h"
+#include "metrics/metrics.h"
+#include "spawner/spawner.h"
+#include "store/store.h"
+
+namespace kiln::server {
+
+struct Deps {
+  const config::Config* config;
+  store::Store* store;
+  admission::AdmissionController* admission;
+  metrics::Metrics* metrics;
+  spawner::Spawner* spawner;
+  nlohmann::json readiness;  // doctor's verdict at start: {"ready": bool, "layers": [...]}
+};
+
+// The routes the server answers, "METHOD PATH" (checked against docs/openapi.json).
+const std::vector<std::string>& Routes();
+// The OpenAPI document served at /openapi.json (docs/openapi.json, built in).
+std::string_view OpenApiText();
+
+class HttpServer final {
+ public:
+  // Binds `listen` ("127.0.0.1:8080"; port 0 = any free port).
+  static Result<std::unique_ptr<HttpServer>> Bind(const std::string& listen, Deps deps);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  uint16_t port() const { return port_; }
+  // Starts the accept thread.
+  void Start();
+  // Graceful: stop accepting, fail queued requests, give running executions
+  // `grace` to finish, then cancel them (their sandboxes are killed and their
+  // audit rows say "cancelled"), then wait for every connection thread.
+  void Shutdown(std::chrono::milliseconds grace);
+
+ private:
+  struct Impl;
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  uint16_t port_ = 0;
+};
+
+}  // namespace kiln::server

@@ -1,0 +1,501 @@
+#include "store/store.h"
+
+#include <fcntl.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <limits>
+#include <utility>
+
+#include "base/log.h"
+#include "base/unique_fd.h"
+#include "store/api_key.h"
+#include "store/sqlite.h"
+#include "store/time_format.h"
+
+namespace kiln::store {
+namespace {
+
+// Version N of the schema is kMigrations[N-1], applied to version N-1 inside
+// one transaction. Append only: a released migration never changes.
+constexpr const char* kMigrations[] = {
+    // 1: keys and the audit log.
+    R"sql(
+CREATE TABLE api_keys (
+  id            TEXT PRIMARY KEY NOT NULL,  -- 12 hex chars, public
+  tenant        TEXT NOT NULL,
+  secret_sha256 BLOB NOT NULL,              -- sha256 of the 32 secret bytes
+  created_ms    INTEGER NOT NULL,
+  revoked_ms    INTEGER,
+  last_used_ms  INTEGER
+) STRICT;
+CREATE TABLE executions (
+  id                TEXT PRIMARY KEY NOT NULL,
+  tenant            TEXT NOT NULL,
+  key_id            TEXT NOT NULL,
+  profile           TEXT NOT NULL,
+  session_id        TEXT,
+  client_addr       TEXT NOT NULL,
+  started_ms        INTEGER NOT NULL,
+  ended_ms          INTEGER,
+  status            TEXT NOT NULL,           -- 'running' until finished
+  code              TEXT,                    -- NULL when the config keeps only the hash
+  code_sha256       TEXT NOT NULL,
+  code_size         INTEGER NOT NULL,
+  exit_code         INTEGER,
+  signal            INTEGER,
+  duration_ms       REAL,
+  cpu_ms            REAL,
+  peak_memory_bytes INTEGER,
+  stdout_bytes      INTEGER,
+  stderr_bytes      INTEGER,
+  stdout_truncated  INTEGER,
+  stderr_truncated  INTEGER,
+  policy_violation  TEXT,
+  reason            TEXT
+) STRICT;
+CREATE INDEX executions_started ON executions(started_ms);
+CREATE INDEX executions_tenant ON executions(tenant, started_ms);
+CREATE INDEX executions_session ON executions(session_id, started_ms);
+CREATE INDEX executions_running ON executions(status) WHERE status = 'running';
+)sql",
+};
+static_assert(std::size(kMigrations) == kSchemaVersion);
+
+constexpr int64_t kLastUsedIntervalMs = 60'000;
+constexpr int kPruneBatch = 500;
+constexpr int kMaxQueryLimit = 1'000'000;
+
+// mkdir -p with mode 0700 for every directory it creates.
+Status MakeDirs(const std::string& dir) {
+  if (dir.empty()) return InvalidArgument("data directory: empty path");
+  for (size_t pos = 1; pos <= dir.size(); ++pos) {
+    if (pos != dir.size() && dir[pos] != '/') continue;
+    const std::string prefix = dir.substr(0, pos);
+    if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) {
+      return ErrnoError("mkdir " + prefix);
+    }
+  }
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return ErrnoError("stat " + dir);
+  if (!S_ISDIR(st.st_mode)) return FailedPrecondition(dir + " is not a directory");
+  return OkStatus();
+}
+
+int64_t ToInt64(uint64_t v) {
+  return v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+             ? std::numeric_limits<int64_t>::max()
+             : static_cast<int64_t>(v);
+}
+
+std::optional<uint64_t> OptU64(const Statement& s, int col) {
+  if (s.IsNull(col)) return std::nullopt;
+  const int64_t v = s.Int(col);
+  return v < 0 ? 0 : static_cast<uint64_t>(v);
+}
+
+std::optional<int> OptInt32(const Statement& s, int col) {
+  if (s.IsNull(col)) return std::nullopt;
+  return static_cast<int>(s.Int(col));
+}
+
+std::optional<double> OptReal(const Statement& s, int col) {
+  if (s.IsNull(col)) return std::nullopt;
+  return s.Real(col);
+}
+
+std::optional<bool> OptBool(const Statement& s, int col) {
+  if (s.IsNull(col)) return std::nullopt;
+  return s.Int(col) != 0;
+}
+
+KeyInfo ReadKey(const Statement& s) {
+  // Columns: id, tenant, created_ms, revoked_ms, last_used_ms.
+  return KeyInfo{s.Text(0), s.Text(1), s.Int(2), s.OptInt(3), s.OptInt(4)};
+}
+
+Status Migrate(Db& db) {
+  // IMMEDIATE takes the write lock first, so two processes opening a new
+  // directory at once cannot both see version 0 and both create tables.
+  KILN_TRY(db.Exec("begin migration", "BEGIN IMMEDIATE"));
+  auto rollback = [&db] { (void)db.Exec("rollback migration", "ROLLBACK"); };
+  Status s = [&db]() -> Status {
+    KILN_TRY(db.Exec("create schema_version",
+                     "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"));
+    int64_t version = 0;
+    {
+      KILN_ASSIGN_OR_RETURN(Statement get,
+                            Statement::Prepare(db, "read schema_version",
+                                               "SELECT version FROM schema_version"));
+      KILN_ASSIGN_OR_RETURN(const bool has_row, get.Step());
+      if (has_row) version = get.Int(0);
+    }
+    if (version > kSchemaVersion) {
+      return FailedPrecondition("database schema version " + std::to_string(version) +
+                                " is newer than this kiln's (" + std::to_string(kSchemaVersion) +
+                                "): use a newer kiln");
+    }
+    for (int64_t v = version; v < kSchemaVersion; ++v) {
+      KILN_TRY(db.Exec("migration to schema version " + std::to_string(v + 1), kMigrations[v]));
+    }
+    if (version != kSchemaVersion) {
+      KILN_TRY(db.Exec("clear schema_version", "DELETE FROM schema_version"));
+      KILN_ASSIGN_OR_RETURN(Statement set,
+                            Statement::Prepare(db, "write schema_version",
+                                               "INSERT INTO schema_version (version) VALUES (?)"));
+      set.BindInt(1, kSchemaVersion);
+      KILN_TRY(set.Run());
+    }
+    return db.Exec("commit migration", "COMMIT");
+  }();
+  if (!s.ok()) rollback();
+  return s;
+}
+
+}  // namespace
+
+std::string DefaultDataDirFor(bool root, std::string_view xdg_state_home, std::string_view home) {
+  if (root) return "/var/lib/kiln";
+  // The XDG spec says relative values are invalid and must be ignored.
+  if (!xdg_state_home.empty() && xdg_state_home[0] == '/') {
+    return std::string(xdg_state_home) + "/kiln";
+  }
+  return std::string(home.empty() ? "." : home) + "/.local/state/kiln";
+}
+
+std::string DefaultDataDir() {
+  const char* xdg = std::getenv("XDG_STATE_HOME");
+  const char* env_home = std::getenv("HOME");
+  std::string home = env_home != nullptr ? env_home : "";
+  if (home.empty() || home[0] != '/') {
+    struct passwd pw, *found = nullptr;
+    char buf[4096];
+    if (::getpwuid_r(::geteuid(), &pw, buf, sizeof buf, &found) == 0 && found != nullptr) {
+      home = pw.pw_dir;
+    }
+  }
+  return DefaultDataDirFor(::geteuid() == 0, xdg != nullptr ? xdg : "", home);
+}
+
+Store::Store(std::string path, std::unique_ptr<Db> db, OpenOptions options)
+    : path_(std::move(path)), options_(std::move(options)), db_(std::move(db)) {}
+
+Store::~Store() = default;
+
+int64_t Store::Now() const { return options_.now_ms ? options_.now_ms() : NowMs(); }
+
+Result<std::unique_ptr<Store>> Store::Open(const std::string& data_dir, OpenOptions options) {
+  const std::string path = data_dir + "/kiln.db";
+  if (options.create) {
+    KILN_TRY(MakeDirs(data_dir));
+    // Created here, not by SQLite (0644 less umask), so the keys' hashes and
+    // users' code are never readable by others; SQLite gives the -wal and
+    // -shm files the database file's mode.
+    UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
+    if (!fd) return ErrnoError("open " + path);
+  }
+  auto opened = Db::Open(path, options.create);
+  if (!opened.ok()) {
+    Error e = std::move(opened).error();
+    if (e.code == Code::kNotFound) {
+      e.message = "no kiln database in " + data_dir + " (" + e.message + ")";
+    }
+    return e;
+  }
+  auto db = std::make_unique<Db>(std::move(*opened));
+  // busy_timeout first: switching to WAL and migrating take locks another
+  // process may hold.
+  KILN_TRY(db->Exec("set busy_timeout",
+                    ("PRAGMA busy_timeout = " + std::to_string(options.busy_timeout_ms)).c_str()));
+  // Only takes effect on a new, empty database: lets Prune return freed pages.
+  KILN_TRY(db->Exec("set auto_vacuum", "PRAGMA auto_vacuum = INCREMENTAL"));
+  {
+    KILN_ASSIGN_OR_RETURN(Statement wal,
+                          Statement::Prepare(*db, "set journal_mode", "PRAGMA journal_mode = WAL"));
+    KILN_ASSIGN_OR_RETURN(const bool row, wal.Step());
+    if (!row || wal.Text(0) != "wal") {
+      return FailedPrecondition("sqlite: " + path + ": cannot use WAL journal mode (got '" +
+                                (row ? wal.Text(0) : std::string()) + "')");
+    }
+  }
+  // NORMAL is durable against a killed process in WAL mode (see store.h);
+  // secure_delete so pruned code does not linger in free pages.
+  KILN_TRY(db->Exec("set synchronous", "PRAGMA synchronous = NORMAL"));
+  KILN_TRY(db->Exec("set secure_delete", "PRAGMA secure_delete = FAST"));
+  KILN_TRY(Migrate(*db));
+  return std::unique_ptr<Store>(new Store(path, std::move(db), std::move(options)));
+}
+
+// --- Keys.
+
+Result<NewKey> Store::CreateKey(std::string_view tenant) {
+  if (!IsValidTenant(tenant)) {
+    return InvalidArgument("tenant '" + std::string(tenant.substr(0, 80)) +
+                           "': use 1-64 characters of A-Z a-z 0-9 . _ -");
+  }
+  // 48-bit ids collide rarely; a collision is a retry with a fresh id, never
+  // a second key sharing one.
+  for (int attempt = 0;; ++attempt) {
+    KILN_ASSIGN_OR_RETURN(const std::string id_bytes, RandomBytes(kKeyIdChars / 2));
+    KILN_ASSIGN_OR_RETURN(std::string secret, RandomBytes(kSecretBytes));
+    KILN_ASSIGN_OR_RETURN(const std::string digest, Sha256(secret));
+    NewKey out;
+    out.info.id = HexEncode(id_bytes);
+    out.info.tenant = std::string(tenant);
+    out.info.created_ms = Now();
+    out.key = FormatApiKey(out.info.id, secret);
+    Wipe(secret);
+
+    std::lock_guard lock(mu_);
+    KILN_ASSIGN_OR_RETURN(
+        Statement insert,
+        Statement::Prepare(*db_, "insert api key",
+                           "INSERT INTO api_keys (id, tenant, secret_sha256, created_ms) "
+                           "VALUES (?, ?, ?, ?)"));
+    insert.BindText(1, out.info.id);
+    insert.BindText(2, out.info.tenant);
+    insert.BindBlob(3, digest);
+    insert.BindInt(4, out.info.created_ms);
+    Status s = insert.Run();
+    if (s.ok()) return out;
+    Wipe(out.key);
+    if (s.error().code != Code::kAlreadyExists || attempt >= 3) return std::move(s).error();
+  }
+}
+
+Result<std::vector<KeyInfo>> Store::ListKeys() {
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(
+      Statement q, Statement::Prepare(*db_, "list api keys",
+                                      "SELECT id, tenant, created_ms, revoked_ms, last_used_ms "
+                                      "FROM api_keys ORDER BY created_ms, id"));
+  std::vector<KeyInfo> keys;
+  for (;;) {
+    KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
+    if (!row) break;
+    keys.push_back(ReadKey(q));
+  }
+  return keys;
+}
+
+Status Store::RevokeKey(std::string_view id) {
+  if (!IsValidKeyId(id)) {
+    return InvalidArgument("key id '" + std::string(id.substr(0, 80)) +
+                           "': expected 12 lowercase hex characters (see kiln keys list)");
+  }
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(
+      Statement u, Statement::Prepare(*db_, "revoke api key",
+                                      "UPDATE api_keys SET revoked_ms = COALESCE(revoked_ms, ?) "
+                                      "WHERE id = ?"));
+  u.BindInt(1, Now());
+  u.BindText(2, id);
+  KILN_TRY(u.Run());
+  if (db_->Changes() == 0) {
+    return MakeError(Code::kNotFound, "no key with id " + std::string(id));
+  }
+  return OkStatus();
+}
+
+Result<std::optional<KeyInfo>> Store::Authenticate(std::string_view presented) {
+  auto parsed = ParseApiKey(presented);
+  if (!parsed) return std::optional<KeyInfo>();
+  auto digest = Sha256(parsed->secret);
+  Wipe(parsed->secret);
+  if (!digest.ok()) return std::move(digest).error();
+
+  std::lock_guard lock(mu_);
+  KeyInfo info;
+  {
+    // Scoped: the read must be finished before the UPDATE below, or the
+    // UPDATE's autocommit would wait for this statement's finalization.
+    KILN_ASSIGN_OR_RETURN(
+        Statement q, Statement::Prepare(*db_, "look up api key",
+                                        "SELECT id, tenant, created_ms, revoked_ms, last_used_ms, "
+                                        "secret_sha256 FROM api_keys WHERE id = ?"));
+    q.BindText(1, parsed->id);
+    KILN_ASSIGN_OR_RETURN(const bool found, q.Step());
+    // An unknown id still costs one comparison, so timing says no more than
+    // the (public) id does.
+    const std::string stored = found ? q.Text(5) : std::string(kSha256Bytes, '\0');
+    const bool match = ConstantTimeEquals(stored, *digest) && found;
+    if (!match) return std::optional<KeyInfo>();
+    info = ReadKey(q);
+  }
+  if (info.revoked_ms) return std::optional<KeyInfo>();
+
+  const int64_t now = Now();
+  if (!info.last_used_ms || now - *info.last_used_ms >= kLastUsedIntervalMs) {
+    // Bookkeeping, not a check: if it fails (the CLI holds the write lock past
+    // the busy timeout) the key still authenticates.
+    auto u = Statement::Prepare(*db_, "update api key last_used",
+                                "UPDATE api_keys SET last_used_ms = ? WHERE id = ?");
+    Status s = u.ok() ? Status() : Status(u.error());
+    if (u.ok()) {
+      u->BindInt(1, now);
+      u->BindText(2, info.id);
+      s = u->Run();
+    }
+    if (s.ok()) {
+      info.last_used_ms = now;
+    } else {
+      KILN_LOG_WARN("api key {}: {}", info.id, s.error().ToString());
+    }
+  }
+  return std::optional<KeyInfo>(std::move(info));
+}
+
+// --- Audit.
+
+Status Store::BeginExecution(const AuditStart& start) {
+  if (start.id.empty()) return InvalidArgument("audit: empty execution id");
+  KILN_ASSIGN_OR_RETURN(const std::string sha, Sha256Hex(start.code));
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(
+      Statement insert,
+      Statement::Prepare(*db_, "insert execution",
+                         "INSERT INTO executions (id, tenant, key_id, profile, session_id, "
+                         "client_addr, started_ms, status, code, code_sha256, code_size) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)"));
+  insert.BindText(1, start.id);
+  insert.BindText(2, start.tenant);
+  insert.BindText(3, start.key_id);
+  insert.BindText(4, start.profile);
+  insert.BindOptText(5, start.session_id);
+  insert.BindText(6, start.client_addr);
+  insert.BindInt(7, start.started_ms);
+  if (start.store_code) {
+    insert.BindText(8, start.code);
+  } else {
+    insert.BindNull(8);
+  }
+  insert.BindText(9, sha);
+  insert.BindInt(10, ToInt64(start.code.size()));
+  return insert.Run();
+}
+
+Status Store::FinishExecution(const AuditFinish& f) {
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(
+      Statement u,
+      Statement::Prepare(*db_, "finish execution",
+                         "UPDATE executions SET ended_ms = ?, status = ?, exit_code = ?, "
+                         "signal = ?, duration_ms = ?, cpu_ms = ?, peak_memory_bytes = ?, "
+                         "stdout_bytes = ?, stderr_bytes = ?, stdout_truncated = ?, "
+                         "stderr_truncated = ?, policy_violation = ?, reason = ? WHERE id = ?"));
+  u.BindInt(1, f.ended_ms);
+  u.BindText(2, f.status);
+  u.BindOptInt(3, f.exit_code ? std::optional<int64_t>(*f.exit_code) : std::nullopt);
+  u.BindOptInt(4, f.signal ? std::optional<int64_t>(*f.signal) : std::nullopt);
+  u.BindReal(5, f.duration_ms);
+  u.BindReal(6, f.cpu_ms);
+  u.BindInt(7, ToInt64(f.peak_memory_bytes));
+  u.BindInt(8, ToInt64(f.stdout_bytes));
+  u.BindInt(9, ToInt64(f.stderr_bytes));
+  u.BindInt(10, f.stdout_truncated ? 1 : 0);
+  u.BindInt(11, f.stderr_truncated ? 1 : 0);
+  u.BindOptText(12, f.policy_violation);
+  u.BindText(13, f.reason);
+  u.BindText(14, f.id);
+  KILN_TRY(u.Run());
+  if (db_->Changes() == 0) {
+    return MakeError(Code::kNotFound, "audit: no execution with id " + f.id);
+  }
+  return OkStatus();
+}
+
+Result<int> Store::MarkInterrupted() {
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(
+      Statement u, Statement::Prepare(*db_, "mark interrupted executions",
+                                      "UPDATE executions SET status = 'interrupted', "
+                                      "ended_ms = ?, reason = 'the server stopped before the "
+                                      "execution finished' WHERE status = 'running'"));
+  u.BindInt(1, Now());
+  KILN_TRY(u.Run());
+  return static_cast<int>(db_->Changes());
+}
+
+Result<int> Store::Prune(int64_t older_than_ms) {
+  int total = 0;
+  for (;;) {
+    std::lock_guard lock(mu_);
+    KILN_ASSIGN_OR_RETURN(
+        Statement d,
+        Statement::Prepare(*db_, "prune executions",
+                           "DELETE FROM executions WHERE rowid IN (SELECT rowid FROM executions "
+                           "WHERE started_ms < ? AND status != 'running' LIMIT ?)"));
+    d.BindInt(1, older_than_ms);
+    d.BindInt(2, kPruneBatch);
+    KILN_TRY(d.Run());
+    const auto n = static_cast<int>(db_->Changes());
+    total += n;
+    if (n < kPruneBatch) break;
+  }
+  if (total > 0) {
+    std::lock_guard lock(mu_);
+    KILN_TRY(db_->Exec("incremental_vacuum", "PRAGMA incremental_vacuum"));
+  }
+  return total;
+}
+
+Result<std::vector<AuditRow>> Store::Query(const AuditQuery& query) {
+  if (query.limit < 1 || query.limit > kMaxQueryLimit) {
+    return InvalidArgument("audit query: limit must be 1.." + std::to_string(kMaxQueryLimit));
+  }
+  std::string sql =
+      "SELECT id, tenant, key_id, profile, session_id, client_addr, started_ms, ended_ms, "
+      "status, code, code_sha256, code_size, exit_code, signal, duration_ms, cpu_ms, "
+      "peak_memory_bytes, stdout_bytes, stderr_bytes, stdout_truncated, stderr_truncated, "
+      "policy_violation, reason FROM executions WHERE 1";
+  if (query.tenant) sql += " AND tenant = :tenant";
+  if (query.session_id) sql += " AND session_id = :session";
+  if (query.status) sql += " AND status = :status";
+  if (query.since_ms) sql += " AND started_ms >= :since";
+  sql += " ORDER BY started_ms DESC, id DESC LIMIT :limit";
+
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(Statement q, Statement::Prepare(*db_, "query executions", sql));
+  int i = 0;
+  if (query.tenant) q.BindText(++i, *query.tenant);
+  if (query.session_id) q.BindText(++i, *query.session_id);
+  if (query.status) q.BindText(++i, *query.status);
+  if (query.since_ms) q.BindInt(++i, *query.since_ms);
+  q.BindInt(++i, query.limit);
+  std::vector<AuditRow> rows;
+  for (;;) {
+    KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
+    if (!row) break;
+    AuditRow r;
+    r.id = q.Text(0);
+    r.tenant = q.Text(1);
+    r.key_id = q.Text(2);
+    r.profile = q.Text(3);
+    r.session_id = q.OptText(4);
+    r.client_addr = q.Text(5);
+    r.started_ms = q.Int(6);
+    r.ended_ms = q.OptInt(7);
+    r.status = q.Text(8);
+    r.code = q.OptText(9);
+    r.code_sha256 = q.Text(10);
+    r.code_size = OptU64(q, 11).value_or(0);
+    r.exit_code = OptInt32(q, 12);
+    r.signal = OptInt32(q, 13);
+    r.duration_ms = OptReal(q, 14);
+    r.cpu_ms = OptReal(q, 15);
+    r.peak_memory_bytes = OptU64(q, 16);
+    r.stdout_bytes = OptU64(q, 17);
+    r.stderr_bytes = OptU64(q, 18);
+    r.stdout_truncated = OptBool(q, 19);
+    r.stderr_truncated = OptBool(q, 20);
+    r.policy_violation = q.OptText(21);
+    r.reason = q.OptText(22);
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+}  // namespace kiln::store

@@ -1,0 +1,203 @@
+// kiln::store: the server's durable state in one SQLite database
+// (DATA_DIR/kiln.db, WAL mode): API keys, stored only as SHA-256 hashes of
+// their secrets and each bound to a tenant, and the audit log, one row per
+// execution (failed and rejected ones too).
+//
+// Threads: a Store is safe to call from any number of threads. It owns one
+// SQLite connection and serialises every call behind one mutex; each write
+// is its own transaction, committed before the call returns. Other processes
+// (the `kiln keys` / `kiln audit` CLI next to a running server) may open the
+// same directory: SQLite's file locks and a busy timeout arbitrate, and
+// readers never block the writer in WAL mode.
+//
+// Durability: synchronous=NORMAL in WAL mode. A committed row survives the
+// process being SIGKILLed (it is in the WAL, in the page cache); a power
+// loss may roll back the last commits, never corrupt the database.
+//
+// Errors: every SQLite failure is a kiln::Error naming the statement, with
+// codes kUnavailable (locked past the busy timeout), kAlreadyExists
+// (duplicate id), kDataLoss (corrupt file), kPermissionDenied, kInternal.
+// No exceptions. Secrets are never logged, stored or put in an Error.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+
+namespace kiln::store {
+
+class Db;
+
+// The reference design's audit retention; the server prunes with
+// Prune(NowMs() - DefaultRetentionDays * 86'400'000) from a timer.
+inline constexpr int kDefaultRetentionDays = 30;
+inline constexpr int64_t kDayMs = 86'400'000;
+// The schema this build writes; Open migrates older databases to it and
+// refuses newer ones.
+inline constexpr int kSchemaVersion = 1;
+
+// Where kiln keeps its state when --data-dir is not given: /var/lib/kiln for
+// root, else $XDG_STATE_HOME/kiln (when set and absolute), else
+// ~/.local/state/kiln (HOME, else the passwd entry).
+std::string DefaultDataDir();
+// The rule above as a pure function: `xdg_state_home` and `home` are the
+// environment's values ("" when unset).
+std::string DefaultDataDirFor(bool root, std::string_view xdg_state_home, std::string_view home);
+
+struct OpenOptions {
+  // Create the directory (mode 0700, with missing parents) and kiln.db (mode
+  // 0600) if absent. Read-only tools (kiln keys list, kiln audit) pass false
+  // so a mistyped --data-dir is kNotFound instead of a new empty database.
+  bool create = true;
+  // How long a call waits for another process's lock before kUnavailable.
+  int busy_timeout_ms = 5000;
+  // The clock for created/revoked/last_used/interrupted times; tests fake it.
+  std::function<int64_t()> now_ms;
+};
+
+// What may be shown about a key: never its secret or hash.
+struct KeyInfo {
+  std::string id;  // 12 lowercase hex chars
+  std::string tenant;
+  int64_t created_ms = 0;
+  std::optional<int64_t> revoked_ms;
+  std::optional<int64_t> last_used_ms;  // updated at most once a minute
+};
+
+struct NewKey {
+  KeyInfo info;
+  std::string key;  // "kiln_<id>_<secret>": shown once, stored nowhere
+};
+
+// BeginExecution's row. `id` is the server's execution id (unique).
+struct AuditStart {
+  std::string id;
+  std::string tenant;
+  std::string key_id;
+  std::string profile;
+  std::optional<std::string> session_id;
+  int64_t started_ms = 0;
+  std::string code;
+  bool store_code = true;  // false: only code_sha256 and code_size are kept
+  std::string client_addr;
+};
+
+// FinishExecution's update of the row `id`.
+struct AuditFinish {
+  std::string id;
+  int64_t ended_ms = 0;
+  std::string status;  // "ok", "error", "timeout", ..., "rejected"
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  double duration_ms = 0;
+  double cpu_ms = 0;
+  uint64_t peak_memory_bytes = 0;
+  uint64_t stdout_bytes = 0, stderr_bytes = 0;
+  bool stdout_truncated = false, stderr_truncated = false;
+  std::optional<std::string> policy_violation;  // e.g. the violation as JSON text
+  std::string reason;
+};
+
+// One execution as stored. Fields FinishExecution sets are nullopt while the
+// status is "running" (and stay so for rows marked "interrupted").
+struct AuditRow {
+  std::string id;
+  std::string tenant;
+  std::string key_id;
+  std::string profile;
+  std::optional<std::string> session_id;
+  std::string client_addr;
+  int64_t started_ms = 0;
+  std::optional<int64_t> ended_ms;
+  std::string status;
+  std::optional<std::string> code;  // nullopt when store_code was false
+  std::string code_sha256;          // 64 lowercase hex chars, always
+  uint64_t code_size = 0;           // bytes, always
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  std::optional<double> duration_ms;
+  std::optional<double> cpu_ms;
+  std::optional<uint64_t> peak_memory_bytes;
+  std::optional<uint64_t> stdout_bytes, stderr_bytes;
+  std::optional<bool> stdout_truncated, stderr_truncated;
+  std::optional<std::string> policy_violation;
+  std::optional<std::string> reason;
+};
+
+// Filters are ANDed; unset ones match everything. Newest first.
+struct AuditQuery {
+  std::optional<std::string> tenant;
+  std::optional<std::string> session_id;
+  std::optional<std::string> status;
+  std::optional<int64_t> since_ms;  // started_ms >= since_ms
+  int limit = 100;                  // 1..1'000'000, else kInvalidArgument
+};
+
+class Store final {
+ public:
+  // Opens DATA_DIR/kiln.db, sets WAL mode and the busy timeout, and migrates
+  // the schema to kSchemaVersion in one transaction. kFailedPrecondition for a
+  // database from a newer kiln; kNotFound when !options.create and it is
+  // missing; kPermissionDenied/errno errors naming the path otherwise.
+  static Result<std::unique_ptr<Store>> Open(const std::string& data_dir,
+                                             OpenOptions options = {});
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+  ~Store();
+
+  const std::string& path() const { return path_; }
+
+  // --- Keys.
+
+  // A new random key for `tenant` (1-64 chars of [A-Za-z0-9._-], else
+  // kInvalidArgument). The full key is in the result only.
+  Result<NewKey> CreateKey(std::string_view tenant);
+  // Every key, revoked ones too, oldest first.
+  Result<std::vector<KeyInfo>> ListKeys();
+  // Marks the key revoked; later Authenticate calls refuse it. Revoking a
+  // revoked key succeeds and keeps the first time. kNotFound for an unknown
+  // id, kInvalidArgument for one that is not 12 lowercase hex chars.
+  Status RevokeKey(std::string_view id);
+  // The key the presented string names, if it is well formed, known, not
+  // revoked, and its secret's SHA-256 equals the stored one (compared in
+  // constant time). nullopt otherwise: a malformed key is not an error. An
+  // Error means the database failed, and the server must refuse the request
+  // (fail closed). Updates last_used when the stored one is a minute old.
+  Result<std::optional<KeyInfo>> Authenticate(std::string_view presented);
+
+  // --- Audit.
+
+  // Inserts the row with status "running". The code is stored only when
+  // store_code; its sha256 and size always. kAlreadyExists for a reused id,
+  // kInvalidArgument for an empty id.
+  Status BeginExecution(const AuditStart& start);
+  // Completes the row; committed before it returns, so the server may reply
+  // afterwards. kNotFound if BeginExecution never wrote `finish.id`.
+  Status FinishExecution(const AuditFinish& finish);
+  // At server start: every row still "running" belonged to a server that
+  // died; marks them "interrupted" with ended_ms now. Returns how many.
+  // Only one server may use a data directory.
+  Result<int> MarkInterrupted();
+  // Deletes finished rows that started before `older_than_ms`, in batches so
+  // other callers are not blocked for long. Returns how many.
+  Result<int> Prune(int64_t older_than_ms);
+  Result<std::vector<AuditRow>> Query(const AuditQuery& query);
+
+ private:
+  Store(std::string path, std::unique_ptr<Db> db, OpenOptions options);
+  int64_t Now() const;
+
+  const std::string path_;
+  const OpenOptions options_;
+  std::mutex mu_;
+  std::unique_ptr<Db> db_;  // guarded by mu_
+};
+
+}  // namespace kiln::store

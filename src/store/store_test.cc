@@ -1,0 +1,699 @@
+#include "store/store.h"
+
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <thread>
+
+#include "store/api_key.h"
+
+namespace kiln::store {
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "kiln-store-test-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
+    path_ = tmpl;
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Every byte the database could hold: the main file, the WAL and the shm.
+std::string AllDbBytes(const std::string& dir) {
+  return ReadFile(dir + "/kiln.db") + ReadFile(dir + "/kiln.db-wal") +
+         ReadFile(dir + "/kiln.db-shm");
+}
+
+bool Contains(const std::string& haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+std::unique_ptr<Store> MustOpen(const std::string& dir, OpenOptions options = {}) {
+  auto s = Store::Open(dir, std::move(options));
+  if (!s.ok()) {
+    ADD_FAILURE() << s.error().ToString();
+    return nullptr;
+  }
+  return std::move(*s);
+}
+
+AuditStart Start(std::string id, int64_t started_ms, std::string tenant = "acme") {
+  AuditStart s;
+  s.id = std::move(id);
+  s.tenant = std::move(tenant);
+  s.key_id = "0123456789ab";
+  s.profile = "default";
+  s.started_ms = started_ms;
+  s.code = "print(1)";
+  s.client_addr = "10.0.0.7:51234";
+  return s;
+}
+
+AuditFinish Finish(std::string id, int64_t ended_ms, std::string status = "ok") {
+  AuditFinish f;
+  f.id = std::move(id);
+  f.ended_ms = ended_ms;
+  f.status = std::move(status);
+  f.exit_code = 0;
+  return f;
+}
+
+// Designated initializers would trip -Wmissing-field-initializers.
+AuditQuery Q(std::optional<std::string> tenant = std::nullopt,
+             std::optional<std::string> session = std::nullopt,
+             std::optional<std::string> status = std::nullopt,
+             std::optional<int64_t> since_ms = std::nullopt, int limit = 100) {
+  AuditQuery q;
+  q.tenant = std::move(tenant);
+  q.session_id = std::move(session);
+  q.status = std::move(status);
+  q.since_ms = since_ms;
+  q.limit = limit;
+  return q;
+}
+AuditQuery Limit(int n) { return Q(std::nullopt, std::nullopt, std::nullopt, std::nullopt, n); }
+OpenOptions NoCreate() {
+  OpenOptions o;
+  o.create = false;
+  return o;
+}
+OpenOptions FakeClock(int64_t* now) {
+  OpenOptions o;
+  o.now_ms = [now] { return *now; };
+  return o;
+}
+
+std::optional<AuditRow> Get(Store& s, const std::string& id) {
+  auto rows = s.Query(Limit(1'000'000));
+  if (!rows.ok()) return std::nullopt;
+  for (auto& r : *rows) {
+    if (r.id == id) return r;
+  }
+  return std::nullopt;
+}
+
+// --- Opening.
+
+TEST(StoreOpen, CreatesPrivateDirectoryAndFiles) {
+  TempDir tmp;
+  const std::string dir = tmp.path() + "/a/b/data";
+  const mode_t old = ::umask(0);  // the modes must not depend on the caller's umask
+  auto s = MustOpen(dir);
+  ::umask(old);
+  ASSERT_NE(s, nullptr);
+  auto k = s->CreateKey("t");  // something in the WAL
+  ASSERT_TRUE(k.ok());
+  struct stat st;
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  ASSERT_EQ(::stat((tmp.path() + "/a").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  for (const char* f : {"/kiln.db", "/kiln.db-wal", "/kiln.db-shm"}) {
+    ASSERT_EQ(::stat((dir + f).c_str(), &st), 0) << f;
+    EXPECT_EQ(st.st_mode & 07777, 0600u) << f;
+  }
+  EXPECT_EQ(s->path(), dir + "/kiln.db");
+}
+
+TEST(StoreOpen, UsesWalAndRecordsTheSchemaVersion) {
+  TempDir tmp;
+  ASSERT_NE(MustOpen(tmp.path()), nullptr);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((tmp.path() + "/kiln.db").c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_STREQ(static_cast<const char*>(static_cast<const void*>(sqlite3_column_text(st, 0))),
+               "wal");
+  sqlite3_finalize(st);
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT version FROM schema_version", -1, &st, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(st, 0), kSchemaVersion);
+  EXPECT_EQ(sqlite3_step(st), SQLITE_DONE);  // exactly one row
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+}
+
+TEST(StoreOpen, RefusesANewerSchema) {
+  TempDir tmp;
+  ASSERT_NE(MustOpen(tmp.path()), nullptr);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((tmp.path() + "/kiln.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE schema_version SET version = 99", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  auto s = Store::Open(tmp.path());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, Code::kFailedPrecondition);
+  EXPECT_NE(s.error().message.find("99"), std::string::npos) << s.error().message;
+}
+
+TEST(StoreOpen, WithoutCreateAMissingDatabaseIsNotFound) {
+  TempDir tmp;
+  auto s = Store::Open(tmp.path() + "/nope", NoCreate());
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, Code::kNotFound);
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() + "/nope"));
+  ASSERT_NE(MustOpen(tmp.path()), nullptr);
+  EXPECT_NE(MustOpen(tmp.path(), NoCreate()), nullptr);
+}
+
+TEST(StoreOpen, DefaultDataDir) {
+  EXPECT_EQ(DefaultDataDirFor(true, "/x", "/h"), "/var/lib/kiln");
+  EXPECT_EQ(DefaultDataDirFor(false, "/x/state", "/h"), "/x/state/kiln");
+  EXPECT_EQ(DefaultDataDirFor(false, "relative", "/h"), "/h/.local/state/kiln");
+  EXPECT_EQ(DefaultDataDirFor(false, "", "/h"), "/h/.local/state/kiln");
+  if (::geteuid() == 0) {
+    EXPECT_EQ(DefaultDataDir(), "/var/lib/kiln");
+  }
+}
+
+// --- Keys.
+
+TEST(StoreKeys, CreateAuthenticateListRevoke) {
+  TempDir tmp;
+  auto s = MustOpen(tmp.path());
+  ASSERT_NE(s, nullptr);
+  auto a = s->CreateKey("acme");
+  auto b = s->CreateKey("globex");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->info.id, b->info.id);
+  EXPECT_EQ(a->key.rfind("kiln_" + a->info.id + "_", 0), 0u);
+  EXPECT_EQ(a->key.size(), kKeyChars);
+
+  auto auth = s->Authenticate(a->key);
+  ASSERT_TRUE(auth.ok()) << auth.error().ToString();
+  ASSERT_TRUE(auth->has_value());
+  EXPECT_EQ((*auth)->id, a->info.id);
+  EXPECT_EQ((*auth)->tenant, "acme");
+  auto auth_b = s->Authenticate(b->key);
+  ASSERT_TRUE(auth_b.ok() && auth_b->has_value());
+  EXPECT_EQ((*auth_b)->tenant, "globex");
+
+  auto list = s->ListKeys();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  std::set<std::string> ids;
+  for (const auto& k : *list) {
+    ids.insert(k.id);
+    EXPECT_FALSE(k.revoked_ms.has_value());
+    EXPECT_TRUE(k.last_used_ms.has_value());  // both were used above
+  }
+  EXPECT_EQ(ids, (std::set<std::string>{a->info.id, b->info.id}));
+
+  ASSERT_TRUE(s->RevokeKey(a->info.id).ok());
+  auto after = s->Authenticate(a->key);
+  ASSERT_TRUE(after.ok());
+  EXPECT_FALSE(after->has_value());
+  auto other = s->Authenticate(b->key);  // revoking one key leaves the others
+  ASSERT_TRUE(other.ok());
+  EXPECT_TRUE(other->has_value());
+  list = s->ListKeys();
+  ASSERT_TRUE(list.ok());
+  for (const auto& k : *list) EXPECT_EQ(k.revoked_ms.has_value(), k.id == a->info.id);
+}
+
+TEST(StoreKeys, RevokeTwiceKeepsTheFirstTimeAndUnknownIdsAreNotFound) {
+  TempDir tmp;
+  int64_t now = 1'000'000;
+  auto s = MustOpen(tmp.path(), FakeClock(&now));
+  ASSERT_NE(s, nullptr);
+  auto k = s->CreateKey("acme");
+  ASSERT_TRUE(k.ok());
+  ASSERT_TRUE(s->RevokeKey(k->info.id).ok());
+  now += 5000;
+  ASSERT_TRUE(s->RevokeKey(k->info.id).ok());
+  auto list = s->ListKeys();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].revoked_ms, 1'000'000);
+
+  Status missing = s->RevokeKey("0123456789ab");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code, Code::kNotFound);
+  Status bad = s->RevokeKey("not-an-id");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().code, Code::kInvalidArgument);
+}
+
+TEST(StoreKeys, TenantNamesAreValidated) {
+  TempDir tmp;
+  auto s = MustOpen(tmp.path());
+  ASSERT_NE(s, nullptr);
+  for (std::string bad : {std::string(), std::string(65, 'x'), std::string("a b"),
+                          std::string("a/b"), std::string("x;DROP TABLE api_keys")}) {
+    auto r = s->CreateKey(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.error().code, Code::kInvalidArgument);
+  }
+  EXPECT_TRUE(s->CreateKey(std::string(64, 'x')).ok());
+  EXPECT_TRUE(s->CreateKey("Team-1.prod_x").ok());
+  auto list = s->ListKeys();
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->size(), 2u);
+}
+
+TEST(StoreKeys, WrongOrMalformedKeysAreNotAuthenticated) {
+  TempDir tmp;
+  auto s = MustOpen(tmp.path());
+  ASSERT_NE(s, nullptr);
+  auto a = s->CreateKey("acme");
+  auto b = s->CreateKey("acme");
+  ASSERT_TRUE(a.ok() && b.ok());
+  const std::string& key = a->key;
+  const std::string secret_part = key.substr(kKeyPrefix.size() + kKeyIdChars + 1);
+
+  // Same id, another valid secret: flip the first secret character (any of
+  // the first 42 characters carries only data bits, so the result is canonical).
+  std::string wrong_secret = key;
+  char& c = wrong_secret[kKeyPrefix.size() + kKeyIdChars + 1];
+  c = c == 'A' ? 'B' : 'A';
+  ASSERT_TRUE(ParseApiKey(wrong_secret).has_value());
+  // Another key's id with this key's secret, and an unknown id.
+  const std::string swapped = "kiln_" + b->info.id + "_" + secret_part;
+  const std::string unknown_id = "kiln_ffffffffffff_" + secret_part;
+  std::string bad_b64 = key;
+  bad_b64.back() = '!';
+  // The last character carries 2 unused bits, which must be zero.
+  constexpr std::string_view kAlphabet =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  std::string noncanonical = key;
+  noncanonical.back() = kAlphabet[kAlphabet.find(key.back()) | 1];
+  std::string upper_id = key;
+  for (size_t i = 5; i < 17; ++i) upper_id[i] = static_cast<char>(std::toupper(upper_id[i]));
+
+  const std::string cases[] = {
+      "",
+      "kiln_",
+      key.substr(kKeyPrefix.size()),  // no prefix
+      "KILN_" + key.substr(kKeyPrefix.size()),
+      "Bearer " + key,
+      key + "\n",
+      key + "=",
+      key.substr(0, key.size() - 1),
+      key + "A",
+      bad_b64,
+      noncanonical,
+      upper_id == key ? std::string("x") : upper_id,
+      wrong_secret,
+      swapped,
+      unknown_id,
+      std::string(1 << 20, 'k'),
+      key + std::string(1 << 20, 'A'),
+      std::string(key.size(), '\0'),
+  };
+  for (const auto& presented : cases) {
+    auto r = s->Authenticate(presented);
+    ASSERT_TRUE(r.ok()) << r.error().ToString();  // never an error
+    EXPECT_FALSE(r->has_value()) << "authenticated: '" << presented.substr(0, 80) << "'";
+  }
+  auto good = s->Authenticate(key);  // and the real key still works
+  ASSERT_TRUE(good.ok());
+  EXPECT_TRUE(good->has_value());
+}
+
+TEST(StoreKeys, LastUsedIsUpdatedAtMostOnceAMinute) {
+  TempDir tmp;
+  int64_t now = 10'000'000;
+  auto s = MustOpen(tmp.path(), FakeClock(&now));
+  ASSERT_NE(s, nullptr);
+  auto k = s->CreateKey("acme");
+  ASSERT_TRUE(k.ok());
+  auto last_used = [&]() -> std::optional<int64_t> {
+    auto list = s->ListKeys();
+    return list.ok() && list->size() == 1 ? (*list)[0].last_used_ms : std::nullopt;
+  };
+  EXPECT_EQ(last_used(), std::nullopt);
+  ASSERT_TRUE(s->Authenticate(k->key).ok());
+  EXPECT_EQ(last_used(), 10'000'000);
+  now += 59'000;
+  auto r = s->Authenticate(k->key);
+  ASSERT_TRUE(r.ok() && r->has_value());
+  EXPECT_EQ((*r)->last_used_ms, 10'000'000);
+  EXPECT_EQ(last_used(), 10'000'000);
+  now += 1'000;
+  ASSERT_TRUE(s->Authenticate(k->key).ok());
+  EXPECT_EQ(last_used(), 10'060'000);
+}
+
+TEST(StoreKeys, SecretIsNowhereInTheDatabaseFiles) {
+  TempDir tmp;
+  auto s = MustOpen(tmp.path());
+  ASSERT_NE(s, nullptr);
+  std::vector<NewKey> keys;
+  for (int i = 0; i < 3; ++i) {
+    auto k = s->CreateKey("tenant" + std::to_string(i));
+    ASSERT_TRUE(k.ok());
+    auto r = s->Authenticate(k->key);
+    ASSERT_TRUE(r.ok() && r->has_value());
+    keys.push_back(std::move(*k));
+  }
+  ASSERT_TRUE(s->ListKeys().ok());
+  ASSERT_TRUE(s->RevokeKey(keys[0].info.id).ok());
+  // Once with the store open (rows in the WAL), once closed (checkpointed
+  // into the main file).
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1) s.reset();
+    const std::string bytes = AllDbBytes(tmp.path());
+    ASSERT_FALSE(bytes.empty());
+    for (const auto& k : keys) {
+      auto parsed = ParseApiKey(k.key);
+      ASSERT_TRUE(parsed.has_value());
+      const std::string secret_text = k.key.substr(kKeyPrefix.size() + kKeyIdChars + 1);
+      EXPECT_FALSE(Contains(bytes, k.key));
+      EXPECT_FALSE(Contains(bytes, secret_text));
+      EXPECT_FALSE(Contains(bytes, secret_text.substr(0, 16)));
+      EXPECT_FALSE(Contains(bytes, parsed->secret));
+      EXPECT_FALSE(Contains(bytes, HexEncode(parsed->secret)));
+      // The search is over the right bytes: the id and the hash are there.
+      EXPECT_TRUE(Contains(bytes, k.info.id));
+      auto digest = Sha256(parsed->secret);
+      ASSERT_TRUE(digest.ok());
+      EXPECT_TRUE(Contains(bytes, *digest)) << "round " << round;
+    }
+  }
+}
+
+// --- Audit.
+
+TEST(StoreAudit, BeginFinishRoundTrip) {
+  TempDir tmp;
+  auto s = MustOpen(tmp.path());
+  ASSERT_NE(s, nullptr);
+  AuditStart st = Start("exec-1", 1000);
+  st.session_id = "sess-9";
+  st.code = "import numpy\nprint('hi')\n";
+  ASSERT_TRUE(s->BeginExecution(st).ok());
+  auto running = Get(*s, "exec-1");
+  ASSERT_TRUE(running.has_value());
+  EXPECT_EQ(running->status, "running");
+  EXPECT_FALSE(running->ended_ms.has_value());
+  EXPECT_FALSE(running->exit_code.has_value());
+  EXPECT_FALSE(running->duration_ms.has_value());
+
+  AuditFinish f = Finish("exec-1", 1500, "policy_violation");
+  f.exit_code = std::nullopt;
+  f.signal = 31;
+  f.duration_ms = 480.5;
+  f.cpu_ms = 120.25;
+  f.peak_memory_bytes = 5ULL << 30;
+  f.stdout_bytes = 1 << 20;
+  f.stderr_bytes = 17;
+  f.stdout_truncated = true;
+  f.policy_violation = R"({"module":"os","line":1})";
+  f.reason = "import of os refused";
+  ASSERT_TRUE(s->FinishExecution(f).ok());
+
+  auto r = Get(*s, "exec-1");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->tenant, "acme");
+  EXPECT_EQ(r->key_id, "0123456789ab");
+  EXPECT_EQ(r->profile, "default");
+  EXPECT_EQ(r->session_id, "sess-9");
+  EXPECT_EQ(r->client_addr, "10.0.0.7:51234");
+  EXPECT_EQ(r->started_ms, 1000);
+  EXPECT_EQ(r->ended_ms, 1500);
+  EXPECT_EQ(r->status, "policy_violation");
+  EXPECT_EQ(r->code, st.code);
+  auto sha = Sha256Hex(st.code);
+  ASSERT_TRUE(sha.ok());
+  EXPECT_EQ(r->code_sha256, *sha);
+  EXPECT_EQ(r->code_size, st.code.size());
+  EXPECT_EQ(r->exit_code, std::nullopt);
+  EXPECT_EQ(r->signal, 31);
+  EXPECT_EQ(r->duration_ms, 480.5);
+  EXPECT_EQ(r->cpu_ms, 120.25);
+  EXPECT_EQ(r->peak_memory_bytes, 5ULL << 30);
+  EXPECT_EQ(r->stdout_bytes, 1u << 20);
+  EXPECT_EQ(r->stderr_bytes, 17u);
+  EXPECT_EQ(r->stdout_truncated, true);
+  EXPECT_EQ(r->stderr_truncated, false);
+  EXPECT_EQ(r->policy_violation, f.policy_violation);
+  EXPECT_EQ(r->reason, "import of os refused");
+}
+
+TEST(StoreAudit, WithoutStoreCodeOnlyTheHashAndSizeAreKept) {
+  TempDir tmp;
+  auto s = MustOpen(tmp.path());
+  ASSERT_NE(s, nullptr);
+  AuditStart st = Start("exec-h", 1000);
+  st.code = "abc";
+  st.store_code = false;
+  AuditStart marker = Start("exec-m", 1001);
+  marker.code = "print('kiln-private-marker-7f3a9c')";
+  marker.store_code = false;
+  ASSERT_TRUE(s->BeginExecution(st).ok());
+  ASSERT_TRUE(s->BeginExecution(marker).ok());
+  ASSERT_TRUE(s->FinishExecution(Finish("exec-h", 1200)).ok());
+  auto r = Get(*s, "exec-h");
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->code, std::nullopt);
+  EXPECT_EQ(r->code_sha256, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(r->code_size, 3u);
+  EXPECT_FALSE(Contains(AllDbBytes(tmp.path()), "kiln-private-marker-7f3a9c"));
+
+  AuditStart kept = Start("exec-k", 1002);
+  kept.code = "print('kiln-kept-marker-1b2c')";
+  ASSERT_TRUE(s->BeginExecution(kept).ok());
+  EXPECT_TRUE(Contains(AllDbBytes(tmp.path()), "kiln-kept-marker-1b2c"));  // the scan can see code
+}
+
+TEST(StoreAudit, DuplicateIdsUnknownIdsAndEmptyIdsAreErrors) {
+  TempDir tmp;
+  auto s = MustOpen(tmp.path());
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->BeginExecution(Start("dup", 1)).ok());
+  Status again = s->BeginExecution(Start("dup", 2));
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().code, Code::kAlreadyExists);
+  EXPECT_NE(again.error().message.find("insert execution"), std::string::npos)
+      << again.error().message;
+  Status unknown = s->FinishExecution(Finish("never-begun", 5));
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.error().code, Code::kNotFound);
+  Status empty = s->BeginExecution(Start("", 1));
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.error().code, Code::kInvalidArgument);
+  auto bad_limit = s->Query(Limit(0));
+  ASSERT_FALSE(bad_limit.ok());
+  EXPECT_EQ(bad_limit.error().code, Code::kInvalidArgument);
+}
+
+TEST(StoreAudit, QueryFiltersAndOrder) {
+  TempDir tmp;
+  auto s = MustOpen(tmp.path());
+  ASSERT_NE(s, nullptr);
+  struct Row {
+    const char* id;
+    int64_t started;
+    const char* tenant;
+    const char* session;
+    const char* status;  // nullptr: still running
+  } rows[] = {
+      {"r1", 100, "acme", "s1", "ok"},   {"r2", 200, "acme", "s1", "error"},
+      {"r3", 300, "globex", nullptr, "ok"}, {"r4", 400, "acme", "s2", "timeout"},
+      {"r5", 500, "globex", "s1", nullptr},
+  };
+  for (const auto& r : rows) {
+    AuditStart st = Start(r.id, r.started, r.tenant);
+    if (r.session != nullptr) st.session_id = r.session;
+    ASSERT_TRUE(s->BeginExecution(st).ok());
+    if (r.status != nullptr) {
+      ASSERT_TRUE(s->FinishExecution(Finish(r.id, r.started + 5, r.status)).ok());
+    }
+  }
+  auto ids = [&](const AuditQuery& q) {
+    std::vector<std::string> out;
+    auto res = s->Query(q);
+    EXPECT_TRUE(res.ok());
+    if (res.ok()) {
+      for (const auto& r : *res) out.push_back(r.id);
+    }
+    return out;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(ids({}), (V{"r5", "r4", "r3", "r2", "r1"}));
+  EXPECT_EQ(ids(Q("acme")), (V{"r4", "r2", "r1"}));
+  EXPECT_EQ(ids(Q(std::nullopt, "s1")), (V{"r5", "r2", "r1"}));
+  EXPECT_EQ(ids(Q(std::nullopt, std::nullopt, "ok")), (V{"r3", "r1"}));
+  EXPECT_EQ(ids(Q(std::nullopt, std::nullopt, "running")), (V{"r5"}));
+  EXPECT_EQ(ids(Q(std::nullopt, std::nullopt, std::nullopt, 300)), (V{"r5", "r4", "r3"}));
+  EXPECT_EQ(ids(Limit(2)), (V{"r5", "r4"}));
+  EXPECT_EQ(ids(Q("acme", "s1", std::nullopt, 150)), (V{"r2"}));
+  EXPECT_EQ(ids(Q("nobody")), V{});
+  EXPECT_EQ(ids(Q("acme' OR '1'='1")), V{});
+}
+
+TEST(StoreAudit, MarkInterruptedFinishesRunningRowsOnly) {
+  TempDir tmp;
+  int64_t now = 777'000;
+  auto s = MustOpen(tmp.path(), FakeClock(&now));
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->BeginExecution(Start("a", 100)).ok());
+  ASSERT_TRUE(s->BeginExecution(Start("b", 200)).ok());
+  ASSERT_TRUE(s->BeginExecution(Start("c", 300)).ok());
+  ASSERT_TRUE(s->FinishExecution(Finish("b", 250)).ok());
+  auto n = s->MarkInterrupted();
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 2);
+  for (const char* id : {"a", "c"}) {
+    auto r = Get(*s, id);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->status, "interrupted");
+    EXPECT_EQ(r->ended_ms, 777'000);
+    EXPECT_TRUE(r->reason.has_value());
+  }
+  auto b = Get(*s, "b");
+  ASSERT_TRUE(b.has_value());
+  EXPECT_EQ(b->status, "ok");
+  EXPECT_EQ(b->ended_ms, 250);
+  auto again = s->MarkInterrupted();
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, 0);
+}
+
+TEST(StoreAudit, PruneDeletesOldFinishedRowsInBatches) {
+  TempDir tmp;
+  auto s = MustOpen(tmp.path());
+  ASSERT_NE(s, nullptr);
+  // 1203 old finished rows (more than two batches), 3 new ones, and one old
+  // row still running.
+  for (int i = 0; i < 1203; ++i) {
+    const std::string id = "old" + std::to_string(i);
+    ASSERT_TRUE(s->BeginExecution(Start(id, 1000 + i)).ok());
+    ASSERT_TRUE(s->FinishExecution(Finish(id, 3000)).ok());
+  }
+  for (int i = 0; i < 3; ++i) {
+    const std::string id = "new" + std::to_string(i);
+    ASSERT_TRUE(s->BeginExecution(Start(id, 1'000'000 + i)).ok());
+    ASSERT_TRUE(s->FinishExecution(Finish(id, 1'000'100)).ok());
+  }
+  ASSERT_TRUE(s->BeginExecution(Start("old-running", 5)).ok());
+  auto n = s->Prune(500'000);
+  ASSERT_TRUE(n.ok()) << n.error().ToString();
+  EXPECT_EQ(*n, 1203);
+  auto rest = s->Query({});
+  ASSERT_TRUE(rest.ok());
+  std::set<std::string> ids;
+  for (const auto& r : *rest) ids.insert(r.id);
+  EXPECT_EQ(ids, (std::set<std::string>{"new0", "new1", "new2", "old-running"}));
+  auto none = s->Prune(500'000);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, 0);
+  EXPECT_EQ(kDefaultRetentionDays, 30);
+}
+
+// --- Durability and concurrency.
+
+TEST(StoreDurability, RowsSurviveSigkillAndAreSeenByAnotherConnection) {
+  TempDir tmp;
+  {
+    // Visible to a second connection while the first is still open.
+    auto a = MustOpen(tmp.path());
+    ASSERT_NE(a, nullptr);
+    ASSERT_TRUE(a->BeginExecution(Start("live", 10)).ok());
+    auto b = MustOpen(tmp.path(), NoCreate());
+    ASSERT_NE(b, nullptr);
+    EXPECT_TRUE(Get(*b, "live").has_value());
+  }
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // The child: write a finished and a running row, then die without any
+    // cleanup, as a SIGKILLed server would.
+    auto opened = Store::Open(tmp.path());
+    if (!opened.ok()) ::_exit(10);
+    Store& s = **opened;
+    if (!s.BeginExecution(Start("done", 100)).ok()) ::_exit(11);
+    if (!s.FinishExecution(Finish("done", 200)).ok()) ::_exit(12);
+    if (!s.BeginExecution(Start("in-flight", 300)).ok()) ::_exit(13);
+    ::kill(::getpid(), SIGKILL);
+    ::_exit(14);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "child exited " << WEXITSTATUS(status);
+  ASSERT_EQ(WTERMSIG(status), SIGKILL);
+
+  auto s = MustOpen(tmp.path());
+  ASSERT_NE(s, nullptr);
+  auto done = Get(*s, "done");
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->status, "ok");
+  EXPECT_EQ(done->ended_ms, 200);
+  auto n = s->MarkInterrupted();
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 2);  // "live" from above and the child's "in-flight"
+  auto in_flight = Get(*s, "in-flight");
+  ASSERT_TRUE(in_flight.has_value());
+  EXPECT_EQ(in_flight->status, "interrupted");
+}
+
+TEST(StoreConcurrency, EightThreadsBeginFinishAuthenticate) {
+  TempDir tmp;
+  auto s = MustOpen(tmp.path());
+  ASSERT_NE(s, nullptr);
+  auto key = s->CreateKey("acme");
+  ASSERT_TRUE(key.ok());
+  // A second process-like connection reading at the same time.
+  auto reader = MustOpen(tmp.path());
+  ASSERT_NE(reader, nullptr);
+  constexpr int kThreads = 8, kPerThread = 40;
+  std::string wrong = key->key;
+  wrong[kKeyPrefix.size() + kKeyIdChars + 1] = wrong[kKeyPrefix.size() + kKeyIdChars + 1] == 'A' ? 'B' : 'A';
+  std::atomic<int> failures{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        const std::string id = "t" + std::to_string(t) + "-" + std::to_string(i);
+        if (!s->BeginExecution(Start(id, t * 1000 + i)).ok()) ++failures;
+        auto ok = s->Authenticate(key->key);
+        if (!ok.ok() || !ok->has_value()) ++failures;
+        auto bad = s->Authenticate(wrong);
+        if (!bad.ok() || bad->has_value()) ++failures;
+        if (!s->FinishExecution(Finish(id, t * 1000 + i + 1)).ok()) ++failures;
+      }
+    });
+  }
+  std::thread read_thread([&] {
+    while (!stop) {
+      if (!reader->Query(Limit(10)).ok()) ++failures;
+    }
+  });
+  for (auto& th : threads) th.join();
+  stop = true;
+  read_thread.join();
+  EXPECT_EQ(failures.load(), 0);
+  auto all = s->Query(Limit(1000));
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), static_cast<size_t>(kThreads * kPerThread));
+  for (const auto& r : *all) EXPECT_EQ(r.status, "ok") << r.id;
+}
+
+}  // namespace
+}  // namespace kiln::store

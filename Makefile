@@ -8,12 +8,12 @@ JOBS ?= $(shell nproc)
 PYTHON := /usr/bin/python3
 
 # Exactly what the build, the tests and the sandbox's Python need.
-BUILD_PKGS := cmake g++ make pkg-config libseccomp-dev libcap-dev nlohmann-json3-dev \
+BUILD_PKGS := cmake g++ make pkg-config libseccomp-dev nlohmann-json3-dev libboost-dev \
   libspdlog-dev libfmt-dev libcli11-dev libtomlplusplus-dev libssl-dev libsqlite3-dev \
   libgtest-dev libgmock-dev prometheus-cpp-dev
 PYTHON_PKGS := python3 python3-numpy python3-pandas python3-matplotlib python3-scipy \
   python3-sklearn python3-sympy python3-pil python3-openpyxl python3-requests fonts-dejavu-core
-TEST_PKGS := bubblewrap procps
+TEST_PKGS := bubblewrap procps curl wrk
 DEPS := $(BUILD_PKGS) $(PYTHON_PKGS) $(TEST_PKGS)
 
 .PHONY: all deps build test test-unit test-integration test-escape serve doctor bench asan clean
@@ -44,9 +44,11 @@ test-integration: build
 test-escape: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -L escape -j $(JOBS)
 
-# Until the HTTP server exists, `make serve` reports what this host gives.
+# The HTTP API on 127.0.0.1:8080 with the built-in config and an SQLite
+# database under ./var; the first start creates an API key and prints it.
 serve: build
-	./$(BUILD_DIR)/kiln doctor
+	mkdir -p var
+	./$(BUILD_DIR)/kiln serve --data-dir ./var
 
 bench: build
 	$(PYTHON) bench/run_bench.py --kiln ./$(BUILD_DIR)/kiln

@@ -7,7 +7,8 @@
 namespace kiln::log {
 
 void Init(const char* level) {
-  auto logger = spdlog::stderr_logger_st("kiln");
+  // _mt: the server logs from many threads.
+  auto logger = spdlog::stderr_logger_mt("kiln");
   logger->set_pattern("kiln: %l: %v");
   spdlog::set_default_logger(logger);
   spdlog::level::level_enum lvl = spdlog::level::warn;

@@ -39,6 +39,8 @@ bool IsStaleSandboxCgroup(const std::string& name) {
 }
 
 int DoServe(const ServeFlags& f) {
+  // A server logs one line per request at info (KILN_LOG overrides).
+  if (std::getenv("KILN_LOG") == nullptr) spdlog::set_level(spdlog::level::info);
   // --- Configuration.
   config::Config cfg;
   if (!f.config.empty()) {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <random>
 
 #include "base/base64.h"
@@ -118,6 +119,10 @@ struct HttpServer::Impl {
   std::condition_variable cv;
   int connections = 0;
   std::set<int> sockets;                        // open client sockets (for shutdown)
+  // Sockets in the middle of reading a request, and since when: a client that
+  // trickles bytes (each within SO_RCVTIMEO) still gets client_timeout in all.
+  std::map<int, Clock::time_point> reading;
+  std::thread reaper;
   std::set<spawner::CancelToken*> running;      // executions in flight
 
   // --- connections ---------------------------------------------------------
@@ -171,7 +176,15 @@ struct HttpServer::Impl {
       parser.body_limit(deps.config->server.max_body_bytes);
       parser.header_limit(64 * 1024);
       beast::error_code ec;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        reading[fd] = Clock::now();
+      }
       http::read(socket, buffer, parser, ec);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        reading.erase(fd);
+      }
       if (ec == http::error::body_limit) {
         Response res = Json(http::status::payload_too_large,
                             V1ErrorBody("body_too_large", "the request body is over " +
@@ -199,10 +212,26 @@ struct HttpServer::Impl {
     cv.notify_all();
   }
 
+  void ReapSlowClients() {
+    const auto limit = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(deps.config->server.client_timeout_s));
+    while (!stopping) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      std::lock_guard<std::mutex> lock(mu);
+      const auto now = Clock::now();
+      for (const auto& [fd, since] : reading) {
+        // The connection's thread sees its read fail and closes the socket.
+        if (now - since > limit) ::shutdown(fd, SHUT_RDWR);
+      }
+    }
+  }
+
   // --- routing -------------------------------------------------------------
 
   Response Handle(const Request& req, const std::string& peer, int client_fd) {
     const auto started = Clock::now();
+    request_id = NewId().substr(0, 16);
+    request_tenant = "-";
     std::string target(req.target());
     if (auto q = target.find('?'); q != std::string::npos) target.resize(q);
     const std::string method(req.method_string());
@@ -242,9 +271,12 @@ struct HttpServer::Impl {
       res = Json(http::status::not_found, V1ErrorBody("not_found", "no route " + target), req.version(), true);
     }
     res.set(http::field::server, "kiln");
+    res.set("X-Request-Id", request_id);
     const int code = static_cast<int>(res.result_int());
     deps.metrics->RecordHttp(known_path ? target : "other", code);
-    KILN_LOG_INFO("http {} {} -> {} ({:.1f} ms)", method, target, code,
+    // One line per request. Never the code or its output (P14).
+    KILN_LOG_INFO("request id={} peer={} method={} path={} tenant={} status={} duration_ms={:.1f}",
+                  request_id, peer, method, target, request_tenant, code,
                   std::chrono::duration<double, std::milli>(Clock::now() - started).count());
     return res;
   }
@@ -268,10 +300,15 @@ struct HttpServer::Impl {
       KILN_LOG_ERROR("key store: {}", info.error().ToString());
       return std::nullopt;
     }
+    if (*info) request_tenant = (*info)->tenant;
     return *info;
   }
 
   // --- execution -----------------------------------------------------------
+
+  // Per connection thread: the request being handled, for its log line.
+  static thread_local std::string request_id;
+  static thread_local std::string request_tenant;
 
   struct Outcome {
     std::optional<spawner::ExecResponse> response;
@@ -375,8 +412,8 @@ struct HttpServer::Impl {
     if (Status s = deps.store->FinishExecution(f); !s.ok()) {
       KILN_LOG_ERROR("audit log: {}", s.error().ToString());
     }
-    KILN_LOG_INFO("execution {} tenant={} status={} duration_ms={:.1f}", exec.id, key.tenant, f.status,
-                  f.duration_ms);
+    KILN_LOG_INFO("execution id={} request={} tenant={} profile={} status={} duration_ms={:.1f}", exec.id,
+                  request_id, key.tenant, exec.profile, f.status, f.duration_ms);
     return out;
   }
 
@@ -473,6 +510,9 @@ struct HttpServer::Impl {
   }
 };
 
+thread_local std::string HttpServer::Impl::request_id;
+thread_local std::string HttpServer::Impl::request_tenant;
+
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 HttpServer::~HttpServer() { Shutdown(std::chrono::milliseconds(0)); }
@@ -508,12 +548,14 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Bind(const std::string& listen, 
 
 void HttpServer::Start() {
   impl_->accept_thread = std::thread([this] { impl_->AcceptLoop(); });
+  impl_->reaper = std::thread([this] { impl_->ReapSlowClients(); });
 }
 
 void HttpServer::Shutdown(std::chrono::milliseconds grace) {
   Impl& s = *impl_;
   if (s.stopping.exchange(true)) {
     if (s.accept_thread.joinable()) s.accept_thread.join();
+    if (s.reaper.joinable()) s.reaper.join();
     return;
   }
   // 1. Stop accepting.
@@ -534,6 +576,8 @@ void HttpServer::Shutdown(std::chrono::milliseconds grace) {
   std::unique_lock<std::mutex> lock(s.mu);
   for (int fd : s.sockets) ::shutdown(fd, SHUT_RD);
   s.cv.wait_for(lock, std::chrono::seconds(10), [&s] { return s.connections == 0; });
+  lock.unlock();
+  if (s.reaper.joinable()) s.reaper.join();
 }
 
 }  // namespace kiln::server

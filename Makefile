@@ -52,6 +52,7 @@ serve: build
 
 bench: build
 	$(PYTHON) bench/run_bench.py --kiln ./$(BUILD_DIR)/kiln
+	$(PYTHON) bench/http_bench.py --kiln ./$(BUILD_DIR)/kiln
 
 asan: deps
 	cmake --preset asan-ubsan >/dev/null

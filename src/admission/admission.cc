@@ -152,7 +152,7 @@ struct AdmissionController::Waiter {
 };
 
 Result<std::unique_ptr<AdmissionController>> AdmissionController::Create(AdmissionConfig config,
-                                                                          ClockFn clock) {
+                                                                         ClockFn clock) {
   KILN_TRY(Validate(config));
   const int limit = config.global_concurrency > 0 ? config.global_concurrency : OnlineCores();
   if (!clock) clock = [] { return SteadyClock::now(); };
@@ -166,7 +166,7 @@ AdmissionController::AdmissionController(AdmissionConfig config, int limit, Cloc
 AdmissionController::~AdmissionController() = default;
 
 AdmissionController::TenantState& AdmissionController::StateFor(const std::string& tenant,
-                                                                 SteadyClock::time_point now) {
+                                                                SteadyClock::time_point now) {
   auto it = tenants_.find(tenant);
   if (it != tenants_.end()) return *it->second;
   if (tenants_.size() >= forget_at_) MaybeForgetIdleTenants(now);

@@ -105,11 +105,11 @@ class TokenBucket final {
 
 // Why Acquire() turned a request away. See the HTTP mapping at the top of this file.
 struct Rejection {
-  std::string reason;     // one of the kReason* strings
-  int retry_after_s = 1;  // for the Retry-After header: whole seconds, >= 1 (0 for "cancelled")
+  std::string reason;         // one of the kReason* strings
+  int retry_after_s = 1;      // for the Retry-After header: whole seconds, >= 1 (0 for "cancelled")
   bool tenant_quota = false;  // true: 429 (the tenant's own limits); false: 503 (server side)
-  Error error;            // kResourceExhausted / kUnavailable / kCancelled, with a message
-                          // naming the tenant and the limit, for logs and the response body
+  Error error;                // kResourceExhausted / kUnavailable / kCancelled, with a message
+                              // naming the tenant and the limit, for logs and the response body
 };
 
 class AdmissionController;
@@ -144,8 +144,9 @@ class [[nodiscard]] Permit final {
 // Shaped like std::expected<Permit, Rejection> (as Result<T> is like std::expected<T, Error>).
 class [[nodiscard]] AcquireResult final {
  public:
-  AcquireResult(Permit permit) : v_(std::move(permit)) {}           // NOLINT(google-explicit-constructor)
-  AcquireResult(Rejection rejection) : v_(std::move(rejection)) {}  // NOLINT(google-explicit-constructor)
+  AcquireResult(Permit permit) : v_(std::move(permit)) {}  // NOLINT(google-explicit-constructor)
+  AcquireResult(Rejection rejection)
+      : v_(std::move(rejection)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }
@@ -184,7 +185,7 @@ class AdmissionController final {
  public:
   // kInvalidArgument from Validate(). `clock` defaults to SteadyClock::now.
   static Result<std::unique_ptr<AdmissionController>> Create(AdmissionConfig config,
-                                                              ClockFn clock = nullptr);
+                                                             ClockFn clock = nullptr);
   ~AdmissionController();
   AdmissionController(const AdmissionController&) = delete;
   AdmissionController& operator=(const AdmissionController&) = delete;
@@ -201,9 +202,9 @@ class AdmissionController final {
   bool WaitIdle(std::chrono::milliseconds grace);
 
   // For metrics and /readyz; each is a consistent snapshot taken under the lock.
-  int limit() const { return limit_; }  // the resolved global concurrency
-  int active() const;                   // permits held
-  int queued() const;                   // requests waiting for a global slot
+  int limit() const { return limit_; }                 // the resolved global concurrency
+  int active() const;                                  // permits held
+  int queued() const;                                  // requests waiting for a global slot
   int tenant_active(const std::string& tenant) const;  // that tenant's permits held
   int tenant_queued(const std::string& tenant) const;
   bool shutting_down() const;
@@ -215,8 +216,8 @@ class AdmissionController final {
 
   AdmissionController(AdmissionConfig config, int limit, ClockFn clock);
   TenantState& StateFor(const std::string& tenant, SteadyClock::time_point now);  // mu_ held
-  void MaybeForgetIdleTenants(SteadyClock::time_point now);                      // mu_ held
-  int EstimateWaitSeconds() const;  // mu_ held
+  void MaybeForgetIdleTenants(SteadyClock::time_point now);                       // mu_ held
+  int EstimateWaitSeconds() const;                                                // mu_ held
   void Release(TenantState* tenant, SteadyClock::time_point since);
 
   const AdmissionConfig config_;

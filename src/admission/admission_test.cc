@@ -97,7 +97,8 @@ TEST(Admission, ValidateNamesTheField) {
   cases.push_back({AdmissionConfig{}, "default_tenant.max_concurrent"});
   cases.back().config.default_tenant.max_concurrent = 0;
   cases.push_back({AdmissionConfig{}, "tenants.alice.burst"});
-  cases.back().config.tenants["alice"] = TenantLimits{.max_concurrent = 1, .rate_per_s = 1, .burst = 0.5};
+  cases.back().config.tenants["alice"] =
+      TenantLimits{.max_concurrent = 1, .rate_per_s = 1, .burst = 0.5};
   cases.push_back({AdmissionConfig{}, "tenants.bob.rate_per_s"});
   cases.back().config.tenants["bob"] = TenantLimits{.rate_per_s = std::nan("")};
   for (const Case& c : cases) {

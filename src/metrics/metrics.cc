@@ -50,9 +50,8 @@ void Guarded(const char* what, F&& f) {
 const std::vector<double>& Metrics::DurationBuckets() {
   // Roughly 1-2.5-5 per decade from 1 ms to 10 s, then the long tail up to the 300 s ceiling of
   // the shipped profiles' default timeout maxima.
-  static const std::vector<double> kBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                               0.1,   0.25,   0.5,   1,    2.5,   5,
-                                               10,    30,     60,    120,  300};
+  static const std::vector<double> kBuckets = {
+      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300};
   return kBuckets;
 }
 
@@ -167,8 +166,7 @@ void Metrics::RecordHttp(std::string_view route, int code) {
       auto key = std::make_pair(r, c);
       auto it = impl_->http_counters.find(key);
       if (it == impl_->http_counters.end()) {
-        it = impl_->http_counters.emplace(key, &impl_->http.Add({{"route", r}, {"code", c}}))
-                 .first;
+        it = impl_->http_counters.emplace(key, &impl_->http.Add({{"route", r}, {"code", c}})).first;
       }
       counter = it->second;
     }
@@ -178,9 +176,8 @@ void Metrics::RecordHttp(std::string_view route, int code) {
 
 std::string Metrics::Render() const {
   std::string out;
-  Guarded("Render", [&] {
-    out = prometheus::TextSerializer().Serialize(impl_->registry->Collect());
-  });
+  Guarded("Render",
+          [&] { out = prometheus::TextSerializer().Serialize(impl_->registry->Collect()); });
   return out;
 }
 

@@ -109,7 +109,8 @@ TEST(Metrics, BadDurationsAndHostileLabelValues) {
 
 TEST(Metrics, LabelCardinalityIsCapped) {
   Metrics m;
-  for (size_t i = 0; i < kMaxValuesPerLabel + 50; ++i) m.RecordHttp("/raw/" + std::to_string(i), 404);
+  for (size_t i = 0; i < kMaxValuesPerLabel + 50; ++i)
+    m.RecordHttp("/raw/" + std::to_string(i), 404);
   const std::string text = m.Render();
   EXPECT_EQ(CountLinesStartingWith(text, "kiln_http_requests_total{"),
             static_cast<int>(kMaxValuesPerLabel) + 1);

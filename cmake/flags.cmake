@@ -8,9 +8,9 @@ target_compile_options(kiln_flags INTERFACE
   # GCC 12 reports false -Wrestrict positives inside std::string operator+ (GCC PR 105329).
   -Wno-restrict
   -fstack-protector-strong -fPIE -D_FORTIFY_SOURCE=2 -D_GNU_SOURCE)
-target_link_options(kiln_flags INTERFACE -pie -Wl,-z,relro,-z,now,-z,noexecstack
-  # Fewer shared objects to bind at start (bench/README.md: start-up cost).
-  -static-libstdc++ -static-libgcc)
+# Not -static-libstdc++: prometheus-cpp (shared only on Debian) brings the
+# shared libstdc++, and two copies of it in one process must not meet.
+target_link_options(kiln_flags INTERFACE -pie -Wl,-z,relro,-z,now,-z,noexecstack)
 
 option(KILN_SANITIZE "Build with AddressSanitizer and UBSan" OFF)
 if(KILN_SANITIZE)

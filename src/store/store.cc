@@ -321,7 +321,7 @@ Result<std::optional<KeyInfo>> Store::Authenticate(std::string_view presented) {
     // An unknown id still costs one comparison, so timing says no more than
     // the (public) id does.
     const std::string stored = found ? q.Text(5) : std::string(kSha256Bytes, '\0');
-    const bool match = found;
+    const bool match = ConstantTimeEquals(stored, *digest) && found;
     if (!match) return std::optional<KeyInfo>();
     info = ReadKey(q);
   }

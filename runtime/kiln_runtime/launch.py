@@ -1,67 +1,187 @@
-"""Stopgap launcher speaking protocol v1 (docs/protocol.md section 2) minimally:
-hello, one execute, execute_reply. The full runtime replaces this file."""
+"""The entry point of kiln's in-sandbox runtime.
 
-import os
+The supervisor starts ``/usr/bin/python3 -I -S -B /opt/kiln/runtime/kiln_runtime/launch.py
+[--preload m1,m2]`` with the runtime channel (a SOCK_STREAM socket) on fd 3 and
+the capture pipes on fds 1 and 2 (docs/protocol.md, section 2).  The launcher
+puts its package root first on ``sys.path`` (``-I`` adds neither the script's
+directory nor the cwd), sends ``hello`` at once, does the little of ``site``'s
+work programs rely on (``-S``: see ``_site``), and hands the channel to the
+cell loop (runner.py), which waits for the first ``execute``.
+
+The hello path is deliberately tiny: this file, protocol.py, and the modules
+the interpreter has loaded before any code runs (``sys``, ``posix``; not even
+``os`` under ``-S``).  Everything else is imported after hello has gone out.
+
+Options: ``--preload m1,m2`` (imported on the first execute, inside the
+sandbox's cgroup), ``--workspace DIR`` (default /workspace: put on sys.path
+when user code starts; its modules count as the program's own for the import
+policy).
+"""
+
 import sys
-import struct
-import json
 
-_FD = 3
+import posix  # what os wraps on Linux; loaded by the interpreter, unlike os under -S
 
-
-def _send(msg):
-    data = json.dumps(msg).encode()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.write(_FD, struct.pack(">I", len(data)) + data)
+RUNTIME_FD = 3
 
 
-def _recv():
-    buf = b""
-    while len(buf) < 4:
-        c = os.read(_FD, 4 - len(buf))
-        if not c:
-            return None
-        buf += c
-    (n,) = struct.unpack(">I", buf)
-    data = b""
-    while len(data) < n:
-        c = os.read(_FD, n - len(data))
-        if not c:
-            return None
-        data += c
-    return json.loads(data)
+def _parse_args(args):
+    preload, workspace = [], "/workspace"
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name, eq, value = arg.partition("=")
+        if name in ("--preload", "--workspace") and not eq:
+            if i + 1 >= len(args):
+                raise ValueError("%s needs a value" % name)
+            value = args[i + 1]
+            i += 1
+        if name == "--preload":
+            preload.extend(m.strip() for m in value.split(",") if m.strip())
+        elif name == "--workspace":
+            workspace = value
+        else:
+            raise ValueError("unknown argument %r" % arg)
+        i += 1
+    return preload, workspace
 
 
-def main():
-    _send({"type": "hello", "protocol": 1, "python": sys.version.split()[0], "pid": os.getpid()})
-    req = _recv()
-    if not req or req.get("type") != "execute":
-        raise SystemExit(1)
-    import types
-    module = types.ModuleType("__main__")
-    module.__builtins__ = __builtins__
-    sys.modules["__main__"] = module
-    sys.path.insert(0, "/workspace")
-    cell = req["cell"]
-    status, code = "ok", 0
+def _package_root(path):
+    """os.path.dirname(os.path.dirname(os.path.abspath(path))), without os."""
+    if not path.startswith("/"):
+        path = posix.getcwd() + "/" + path
+    parts = []
+    for part in path.split("/"):
+        if part == "..":
+            if parts:
+                parts.pop()
+        elif part and part != ".":
+            parts.append(part)
+    return "/" + "/".join(parts[:-2])
+
+
+def _is_dir(path):
     try:
-        exec(compile(req["code"], req["filename"], "exec", dont_inherit=True), module.__dict__)
-    except SystemExit as e:
-        status, code = "exit", (e.code if isinstance(e.code, int) else (0 if e.code is None else 1))
-    except BaseException as exc:  # noqa: BLE001
-        import traceback
-        tb = exc.__traceback__.tb_next if exc.__traceback__ else None
-        lines = traceback.format_exception(type(exc), exc, tb)
-        _send({"type": "error", "cell": cell, "ename": type(exc).__name__, "evalue": str(exc),
-               "traceback": lines})
-        status, code = "error", 1
-    _send({"type": "execute_reply", "cell": cell, "status": status, "execution_count": 1,
-           "exit_code": code})
-    _recv()
-    sys.stdout.flush()
-    os._exit(code)
+        return (posix.stat(path).st_mode & 0o170000) == 0o040000
+    except (OSError, ValueError):
+        return False
+
+
+# -- what site would have done -----------------------------------------------------------
+
+class _LazyPrinter:
+    """``copyright``/``credits``/``license``: site's own ``_Printer``, built on first use
+    (its constructor imports ``os``, which nothing else on the ok path needs)."""
+
+    def __init__(self, *args):
+        self._args = args
+        self._printer = None
+
+    def _real(self):
+        if self._printer is None:
+            import _sitebuiltins
+
+            self._printer = _sitebuiltins._Printer(*self._args)
+        return self._printer
+
+    def __repr__(self):
+        return repr(self._real())
+
+    def __call__(self):
+        return self._real()()
+
+
+def _site():
+    """The part of Debian's ``site`` the runtime keeps, for a ``-S`` interpreter.
+
+    sys.path: the system interpreter's site directories, in site's order
+    (site.getsitepackages() on Debian), those that exist.  No user site (``-I``
+    disables it anyway) and no .pth processing: .pth files execute code at every
+    start and are host-specific (a build host here has a _sandboxing_egress_ca.pth
+    that is not Debian's and imports certifi).  Of the .pth files Debian's packages
+    ship here, none adds a directory; matplotlib's nspkg.pth is reproduced below,
+    and setuptools' distutils-precedence.pth is dropped (``import distutils`` gets
+    the standard library's, deprecated in 3.11, not setuptools' copy).
+
+    builtins: ``exit``/``quit`` (site's Quitter: close stdin, raise
+    SystemExit(code)), ``help`` (site's _Helper: pydoc on call), and
+    ``copyright``/``credits``/``license`` (site's _Printer, built lazily).
+    """
+    import builtins
+
+    import _sitebuiltins  # frozen, imports only sys
+
+    version = "python%d.%d" % sys.version_info[:2]
+    prefix = sys.prefix
+    sitedirs = [d for d in (prefix + "/local/lib/" + version + "/dist-packages",
+                            prefix + "/lib/python3/dist-packages",
+                            prefix + "/lib/" + version + "/dist-packages") if _is_dir(d)]
+    for d in sitedirs:
+        if d not in sys.path:
+            sys.path.append(d)
+
+    # matplotlib-*-nspkg.pth: Debian's mpl_toolkits/__init__.py declares a
+    # namespace with pkg_resources (a 200 ms import); the .pth puts an
+    # unexecuted module with the right __path__ in sys.modules instead.
+    tool_dirs = [d + "/mpl_toolkits" for d in sitedirs if _is_dir(d + "/mpl_toolkits")]
+    if tool_dirs and "mpl_toolkits" not in sys.modules:
+        init = tool_dirs[0] + "/__init__.py"
+        try:
+            posix.stat(init)
+        except OSError:
+            pass  # a PEP 420 namespace package: the import system handles it
+        else:
+            # importlib.util's functions, without importlib.util's imports.
+            from _frozen_importlib import module_from_spec
+            from _frozen_importlib_external import spec_from_file_location
+
+            spec = spec_from_file_location("mpl_toolkits", init,
+                                           submodule_search_locations=tool_dirs)
+            sys.modules["mpl_toolkits"] = module_from_spec(spec)
+
+    eof = "Ctrl-D (i.e. EOF)"
+    builtins.quit = _sitebuiltins.Quitter("quit", eof)
+    builtins.exit = _sitebuiltins.Quitter("exit", eof)
+    builtins.help = _sitebuiltins._Helper()
+    builtins.copyright = _LazyPrinter("copyright", sys.copyright)
+    builtins.credits = _LazyPrinter("credits", """\
+    Thanks to CWI, CNRI, BeOpen.com, Zope Corporation and a cast of thousands
+    for supporting Python development.  See www.python.org for more information.""")
+    here = getattr(sys, "_stdlib_dir", None)
+    files, dirs = ((["LICENSE.txt", "LICENSE"], [here + "/..", here, "."]) if here
+                   else ((), ()))
+    builtins.license = _LazyPrinter("license", "See https://www.python.org/psf/license/",
+                                    files, dirs)
+
+
+def main(argv):
+    root = _package_root(__file__)
+    if root in sys.path:
+        sys.path.remove(root)
+    sys.path.insert(0, root)
+    try:
+        preload, workspace = _parse_args(argv[1:])
+    except ValueError as exc:
+        sys.stderr.write("kiln runtime: %s\n" % exc)
+        return 2
+
+    from kiln_runtime import protocol
+
+    try:
+        channel = protocol.Channel(RUNTIME_FD)
+        channel.send_hello()
+    except (OSError, protocol.ChannelClosed) as exc:
+        sys.stderr.write("kiln runtime: no runtime channel on fd %d (%s)\n" % (RUNTIME_FD, exc))
+        return 125
+
+    # While the supervisor reads hello and sends the first execute.
+    if sys.flags.no_site:
+        _site()
+
+    from kiln_runtime import runner
+
+    return runner.serve(channel, workspace, preload)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main(sys.argv))

@@ -283,7 +283,9 @@ struct HttpServer::Impl {
 
   // --- auth ----------------------------------------------------------------
 
-  std::optional<store::KeyInfo> Authenticate(const Request& req) {
+  // nullopt: no valid key (401). An error: the key store failed (503): never
+  // treated as either a valid or an invalid key.
+  Result<std::optional<store::KeyInfo>> Authenticate(const Request& req) {
     std::string key;
     if (auto it = req.find(http::field::authorization); it != req.end()) {
       const std::string v(it->value());
@@ -294,11 +296,11 @@ struct HttpServer::Impl {
     if (key.empty()) {
       if (auto it = req.find("X-API-Key"); it != req.end()) key = std::string(it->value());
     }
-    if (key.empty()) return std::nullopt;
+    if (key.empty()) return std::optional<store::KeyInfo>();
     auto info = deps.store->Authenticate(key);
     if (!info.ok()) {
       KILN_LOG_ERROR("key store: {}", info.error().ToString());
-      return std::nullopt;
+      return MakeError(Code::kUnavailable, "the key store is unavailable");
     }
     if (*info) request_tenant = (*info)->tenant;
     return *info;
@@ -427,7 +429,14 @@ struct HttpServer::Impl {
   }
 
   Response ExecuteV1(const Request& req, const std::string& peer, int client_fd) {
-    auto key = Authenticate(req);
+    auto auth = Authenticate(req);
+    if (!auth.ok()) {
+      Response res = Json(http::status::service_unavailable, V1ErrorBody("unavailable", auth.error().message),
+                          req.version(), true);
+      res.set(http::field::retry_after, "5");
+      return res;
+    }
+    const auto& key = *auth;
     if (!key) {
       Response res = Json(http::status::unauthorized,
                           V1ErrorBody("unauthenticated", "a valid API key is required (Authorization: "
@@ -462,7 +471,13 @@ struct HttpServer::Impl {
 
   Response ExecuteReference(const Request& req, const std::string& peer, int client_fd) {
     // The reference design's contract, exactly (docs/api.md, "POST /execute").
-    auto key = Authenticate(req);
+    auto auth = Authenticate(req);
+    if (!auth.ok()) {
+      Response res = Json(http::status::service_unavailable, {{"detail", auth.error().message}}, req.version(), true);
+      res.set(http::field::retry_after, "5");
+      return res;
+    }
+    const auto& key = *auth;
     if (!key) return Json(http::status::unauthorized, {{"detail", "Invalid API Key"}}, req.version(), true);
     ReferenceRequest parsed;
     if (auto e = ParseReferenceExecute(req.body(), deps.config->server.default_profile, &parsed)) {

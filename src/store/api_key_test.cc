@@ -9,8 +9,13 @@ namespace {
 
 TEST(Base64Url, Rfc4648VectorsWithoutPadding) {
   const std::pair<const char*, const char*> cases[] = {
-      {"", ""},         {"f", "Zg"},         {"fo", "Zm8"},        {"foo", "Zm9v"},
-      {"foob", "Zm9vYg"}, {"fooba", "Zm9vYmE"}, {"foobar", "Zm9vYmFy"},
+      {"", ""},
+      {"f", "Zg"},
+      {"fo", "Zm8"},
+      {"foo", "Zm9v"},
+      {"foob", "Zm9vYg"},
+      {"fooba", "Zm9vYmE"},
+      {"foobar", "Zm9vYmFy"},
       {"\xfb\xff\xbf", "-_-_"},  // the two characters that differ from standard base64
   };
   for (const auto& [raw, enc] : cases) {
@@ -22,12 +27,12 @@ TEST(Base64Url, Rfc4648VectorsWithoutPadding) {
 }
 
 TEST(Base64Url, StrictDecoding) {
-  EXPECT_FALSE(Base64UrlDecode("Zg==").has_value());   // padding
-  EXPECT_FALSE(Base64UrlDecode("Zm9v+/").has_value()); // standard alphabet
-  EXPECT_FALSE(Base64UrlDecode("Zm 9v").has_value());  // whitespace
-  EXPECT_FALSE(Base64UrlDecode("Z").has_value());      // 4n+1 characters
-  EXPECT_FALSE(Base64UrlDecode("Zh").has_value());     // non-zero unused bits ("Zg" is canonical)
-  EXPECT_FALSE(Base64UrlDecode("Zm9").has_value());    // "Zm8" is canonical
+  EXPECT_FALSE(Base64UrlDecode("Zg==").has_value());    // padding
+  EXPECT_FALSE(Base64UrlDecode("Zm9v+/").has_value());  // standard alphabet
+  EXPECT_FALSE(Base64UrlDecode("Zm 9v").has_value());   // whitespace
+  EXPECT_FALSE(Base64UrlDecode("Z").has_value());       // 4n+1 characters
+  EXPECT_FALSE(Base64UrlDecode("Zh").has_value());      // non-zero unused bits ("Zg" is canonical)
+  EXPECT_FALSE(Base64UrlDecode("Zm9").has_value());     // "Zm8" is canonical
 }
 
 TEST(ApiKey, FormatParsesBack) {

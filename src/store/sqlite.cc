@@ -121,9 +121,9 @@ Result<Statement> Statement::Prepare(Db& db, std::string_view what, std::string_
   return Statement(db, stmt, std::string(what));
 }
 
-#define KILN_SQLITE_BIND(call)                       \
-  do {                                               \
-    const int kiln_bind_rc_ = (call);                \
+#define KILN_SQLITE_BIND(call)                                                       \
+  do {                                                                               \
+    const int kiln_bind_rc_ = (call);                                                \
     if (kiln_bind_rc_ != SQLITE_OK && bind_error_ == 0) bind_error_ = kiln_bind_rc_; \
   } while (0)
 

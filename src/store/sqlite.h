@@ -83,7 +83,8 @@ class Statement final {
   std::optional<int64_t> OptInt(int column) const;
 
  private:
-  Statement(Db& db, sqlite3_stmt* stmt, std::string what) : db_(&db), stmt_(stmt), what_(std::move(what)) {}
+  Statement(Db& db, sqlite3_stmt* stmt, std::string what)
+      : db_(&db), stmt_(stmt), what_(std::move(what)) {}
   Db* db_;
   sqlite3_stmt* stmt_;
   std::string what_;

@@ -127,9 +127,9 @@ Status Migrate(Db& db) {
                      "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"));
     int64_t version = 0;
     {
-      KILN_ASSIGN_OR_RETURN(Statement get,
-                            Statement::Prepare(db, "read schema_version",
-                                               "SELECT version FROM schema_version"));
+      KILN_ASSIGN_OR_RETURN(
+          Statement get,
+          Statement::Prepare(db, "read schema_version", "SELECT version FROM schema_version"));
       KILN_ASSIGN_OR_RETURN(const bool has_row, get.Step());
       if (has_row) version = get.Int(0);
     }
@@ -409,11 +409,11 @@ Status Store::FinishExecution(const AuditFinish& f) {
 
 Result<int> Store::MarkInterrupted() {
   std::lock_guard lock(mu_);
-  KILN_ASSIGN_OR_RETURN(
-      Statement u, Statement::Prepare(*db_, "mark interrupted executions",
-                                      "UPDATE executions SET status = 'interrupted', "
-                                      "ended_ms = ?, reason = 'the server stopped before the "
-                                      "execution finished' WHERE status = 'running'"));
+  KILN_ASSIGN_OR_RETURN(Statement u,
+                        Statement::Prepare(*db_, "mark interrupted executions",
+                                           "UPDATE executions SET status = 'interrupted', "
+                                           "ended_ms = ?, reason = 'the server stopped before the "
+                                           "execution finished' WHERE status = 'running'"));
   u.BindInt(1, Now());
   KILN_TRY(u.Run());
   return static_cast<int>(db_->Changes());

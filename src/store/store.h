@@ -146,8 +146,7 @@ class Store final {
   // the schema to kSchemaVersion in one transaction. kFailedPrecondition for a
   // database from a newer kiln; kNotFound when !options.create and it is
   // missing; kPermissionDenied/errno errors naming the path otherwise.
-  static Result<std::unique_ptr<Store>> Open(const std::string& data_dir,
-                                             OpenOptions options = {});
+  static Result<std::unique_ptr<Store>> Open(const std::string& data_dir, OpenOptions options = {});
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
   ~Store();

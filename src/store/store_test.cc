@@ -1,12 +1,11 @@
 #include "store/store.h"
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -513,7 +512,7 @@ TEST(StoreAudit, QueryFiltersAndOrder) {
     const char* session;
     const char* status;  // nullptr: still running
   } rows[] = {
-      {"r1", 100, "acme", "s1", "ok"},   {"r2", 200, "acme", "s1", "error"},
+      {"r1", 100, "acme", "s1", "ok"},      {"r2", 200, "acme", "s1", "error"},
       {"r3", 300, "globex", nullptr, "ok"}, {"r4", 400, "acme", "s2", "timeout"},
       {"r5", 500, "globex", "s1", nullptr},
   };
@@ -663,7 +662,8 @@ TEST(StoreConcurrency, EightThreadsBeginFinishAuthenticate) {
   ASSERT_NE(reader, nullptr);
   constexpr int kThreads = 8, kPerThread = 40;
   std::string wrong = key->key;
-  wrong[kKeyPrefix.size() + kKeyIdChars + 1] = wrong[kKeyPrefix.size() + kKeyIdChars + 1] == 'A' ? 'B' : 'A';
+  wrong[kKeyPrefix.size() + kKeyIdChars + 1] =
+      wrong[kKeyPrefix.size() + kKeyIdChars + 1] == 'A' ? 'B' : 'A';
   std::atomic<int> failures{0};
   std::atomic<bool> stop{false};
   std::vector<std::thread> threads;

@@ -323,7 +323,7 @@ struct HttpServer::Impl {
     // Profile and limits first: a request over a maximum is a 400, not a queue slot.
     auto profile = deps.config->Find(exec.profile);
     if (!profile.ok()) {
-      out.error = MakeError(Code::kInvalidArgument, "profile: " + profile.error().message);
+      out.error = MakeError(Code::kInvalidArgument, profile.error().message);  // "profile: ..."
       return out;
     }
     auto builder = config::PolicyFor(**profile, exec.limits);
@@ -453,8 +453,11 @@ struct HttpServer::Impl {
     if (out.rejection) return Rejected(*out.rejection, req.version(), false);
     if (out.error) {
       const auto status = StatusFor(out.error->code);
-      return Json(status, V1ErrorBody(std::string(ToString(out.error->code)), out.error->message,
-                                      FieldOf(out.error->message)),
+      // A field over a profile's limit is the same kind of 400 as any bad field.
+      const std::string code = out.error->code == Code::kInvalidArgument
+                                   ? "invalid_value"
+                                   : std::string(ToString(out.error->code));
+      return Json(status, V1ErrorBody(code, out.error->message, FieldOf(out.error->message)),
                   req.version(), true);
     }
     nlohmann::json body = out.response->result;

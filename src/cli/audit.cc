@@ -4,15 +4,15 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "base/units.h"
 #include "cli/commands.h"
+#include "cli/table.h"
 #include "store/api_key.h"
 #include "store/store.h"
 #include "store/time_format.h"
@@ -46,22 +46,6 @@ std::string Cell(std::string_view text) {
     if (u < 0x20 || u == 0x7f) c = '?';
   }
   return out.empty() ? "-" : out;
-}
-
-void PrintTable(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> width;
-  for (const auto& row : rows) {
-    width.resize(std::max(width.size(), row.size()));
-    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
-  }
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t i = 0; i < row.size(); ++i) {
-      line += row[i];
-      if (i + 1 < row.size()) line += std::string(width[i] - row[i].size() + 2, ' ');
-    }
-    std::cout << line << "\n";
-  }
 }
 
 std::string Ms(const std::optional<double>& ms) {
@@ -152,9 +136,9 @@ int DoAudit(const AuditFlags& f) {
     if (r.stdout_truncated.value_or(false) || r.stderr_truncated.value_or(false)) {
       status += " (truncated)";
     }
-    table.push_back({store::FormatTimeMs(r.started_ms), Cell(r.id), Cell(r.tenant),
-                     Cell(r.key_id), Cell(r.profile), Cell(r.session_id.value_or("-")),
-                     Cell(status), exit, Ms(r.duration_ms), Ms(r.cpu_ms),
+    table.push_back({store::FormatTimeMs(r.started_ms), Cell(r.id), Cell(r.tenant), Cell(r.key_id),
+                     Cell(r.profile), Cell(r.session_id.value_or("-")), Cell(status), exit,
+                     Ms(r.duration_ms), Ms(r.cpu_ms),
                      r.peak_memory_bytes ? FormatSize(*r.peak_memory_bytes) : "-",
                      FormatSize(r.code_size), Cell(r.client_addr)});
   }
@@ -175,8 +159,9 @@ void RegisterAudit(CLI::App& app, Action* action) {
   audit->add_option("--since", flags->since,
                     "Only executions started since TIME: ISO 8601 (2026-11-30T08:00:00Z) or a "
                     "duration back (30m, 1h, 7d)");
-  audit->add_option("--status", flags->status, "Only this status (ok, error, timeout, "
-                                               "interrupted, rejected, ...)");
+  audit->add_option("--status", flags->status,
+                    "Only this status (ok, error, timeout, "
+                    "interrupted, rejected, ...)");
   audit->add_option("--limit", flags->limit, "At most N rows (default 100)");
   audit->add_flag("--json", flags->json, "Print one JSON array with every field, code included");
   audit->callback([flags, action] { *action = [flags] { return DoAudit(*flags); }; });

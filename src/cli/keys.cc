@@ -4,12 +4,12 @@
 #include <algorithm>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "cli/commands.h"
+#include "cli/table.h"
 #include "store/api_key.h"
 #include "store/store.h"
 #include "store/time_format.h"
@@ -38,22 +38,6 @@ Result<std::unique_ptr<store::Store>> OpenStore(const KeysFlags& f, bool create)
                             std::move(options));
 }
 
-void PrintTable(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> width;
-  for (const auto& row : rows) {
-    width.resize(std::max(width.size(), row.size()));
-    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
-  }
-  for (const auto& row : rows) {
-    std::string line;
-    for (size_t i = 0; i < row.size(); ++i) {
-      line += row[i];
-      if (i + 1 < row.size()) line += std::string(width[i] - row[i].size() + 2, ' ');
-    }
-    std::cout << line << "\n";
-  }
-}
-
 int DoCreate(const KeysFlags& f) {
   if (!store::IsValidTenant(f.tenant)) {
     return Fail("create", "--tenant: '" + f.tenant + "': use 1-64 characters of A-Z a-z 0-9 . _ -",
@@ -65,8 +49,8 @@ int DoCreate(const KeysFlags& f) {
   if (!key.ok()) return Fail("create", key.error().ToString(), kExitFailed);
   // stdout is the key alone, for `KEY=$(kiln keys create ...)`.
   std::cout << key->key << "\n" << std::flush;
-  std::cerr << "kiln: created key " << key->info.id << " for tenant " << key->info.tenant
-            << " in " << (*s)->path() << "; it is shown only this once\n";
+  std::cerr << "kiln: created key " << key->info.id << " for tenant " << key->info.tenant << " in "
+            << (*s)->path() << "; it is shown only this once\n";
   return 0;
 }
 
@@ -93,10 +77,11 @@ int DoList(const KeysFlags& f) {
     std::cout << out.dump() << "\n";
     return 0;
   }
-  std::vector<std::vector<std::string>> rows = {{"ID", "TENANT", "CREATED", "LAST USED", "REVOKED"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"ID", "TENANT", "CREATED", "LAST USED", "REVOKED"}};
   for (const auto& k : *keys) {
-    rows.push_back({k.id, k.tenant, store::FormatTimeMs(k.created_ms), time_or(k.last_used_ms, false),
-                    time_or(k.revoked_ms, false)});
+    rows.push_back({k.id, k.tenant, store::FormatTimeMs(k.created_ms),
+                    time_or(k.last_used_ms, false), time_or(k.revoked_ms, false)});
   }
   PrintTable(rows);
   return 0;
@@ -105,8 +90,9 @@ int DoList(const KeysFlags& f) {
 int DoRevoke(const KeysFlags& f) {
   if (!store::IsValidKeyId(f.id)) {
     return Fail("revoke",
-                "'" + f.id + "' is not a key id: 12 lowercase hex characters, as kiln keys list "
-                "shows them",
+                "'" + f.id +
+                    "' is not a key id: 12 lowercase hex characters, as kiln keys list "
+                    "shows them",
                 kExitUsage);
   }
   auto s = OpenStore(f, /*create=*/false);

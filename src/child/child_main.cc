@@ -4,6 +4,7 @@
 // follow the same rules. A failing step sends one SyncMessage{kFailure, step,
 // errno} and _exits (P5).
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -193,6 +194,14 @@ void RunChild(const ChildPlan& plan) {
   }
   // 4. Become the inside uid/gid now, so every file of the new tree is ours.
   KILN_CHILD_STEP(SetupStep::kSetIds, isolation::SetInsideIdsInChild(plan.drop_groups));
+  //    Changing credentials clears the parent-death signal (prctl(2)): arm it
+  //    again, then make sure the supervisor did not die in between (its end of
+  //    the setup channel would have hung up).
+  KILN_CHILD_STEP(SetupStep::kSetIds, ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0));
+  {
+    pollfd pfd{g_sync_fd, POLLRDHUP, 0};
+    if (::poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP)) != 0) ::_exit(127);
+  }
   // 5. The new root: private propagation, tmpfs root, ro binds, /proc, /dev,
   //    size-capped tmpfs, staged files (each op carries its own SetupStep).
   if (isolation::ApplyMountOpsInChild(plan.mount_ops, plan.mount_count, &failed) != 0) {

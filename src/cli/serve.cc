@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -31,11 +32,22 @@ int Fail(const std::string& message, int code = 1) {
   return code;
 }
 
-// "sbx-<pid>-..." of a kiln process that no longer exists.
+// "sbx-<pid>-..." of a kiln process that no longer runs: the pid is gone, a
+// zombie (a killed supervisor not yet reaped), or now a different program.
 bool IsStaleSandboxCgroup(const std::string& name) {
   if (name.rfind("sbx-", 0) != 0) return false;
   const pid_t pid = static_cast<pid_t>(std::atoi(name.c_str() + 4));
-  return pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH;
+  if (pid <= 0) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!stat || !std::getline(stat, line)) return true;
+  // "pid (comm) S ...": comm may hold spaces and parentheses; the state
+  // follows the last ')'.
+  const auto open = line.find('('), close = line.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close + 2 >= line.size()) return true;
+  const std::string comm = line.substr(open + 1, close - open - 1);
+  const char state = line[close + 2];
+  return state == 'Z' || state == 'X' || (comm != "kiln" && comm != "kiln-supervise");
 }
 
 int DoServe(const ServeFlags& f) {

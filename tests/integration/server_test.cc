@@ -11,11 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -977,7 +975,15 @@ memory = "256m"
   const std::vector<std::string> cgroup_dirs = KilnCgroupDirs();
   const std::vector<std::string> cgroups_before = SandboxCgroupsOf(supervisors);
 
-  const pid_t first_server = server.pid();
+  // Leave nothing behind even when a check below fails: what is left of the
+  // first server's runs is still in the process group this test started.
+  struct GroupReaper {
+    pid_t pgid;
+    std::string marker;
+    ~GroupReaper() {
+      if (pgid > 0 && !PgrepF(marker).empty()) ::kill(-pgid, SIGKILL);
+    }
+  } reaper{server.pid(), marker};
   server.Kill();
   t1.join();
   t2.join();
@@ -988,7 +994,6 @@ memory = "256m"
 
   // Nothing of those runs survives the server.
   const bool gone = WaitFor([&] { return PgrepF(marker).empty(); }, 10s);
-
   std::string left;
   for (pid_t p : PgrepF(marker)) {
     left += "\n  " + std::to_string(p) + ": " +
@@ -1037,9 +1042,6 @@ memory = "256m"
   const KilnServer::Exit e = again.Terminate(15s);
   EXPECT_TRUE(e.in_time);
   EXPECT_EQ(e.code, 0) << again.Stderr();
-  // Leave nothing behind even when the checks above failed: what is left of
-  // the first server's runs is still in the process group this test started.
-  if (!PgrepF(marker).empty()) ::kill(-first_server, SIGKILL);
 }
 
 TEST_F(ServerLifecycle, SigtermDrainsTheRunningExecution) {

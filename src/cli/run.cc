@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/base64.h"
+#include "base/cleanup.h"
 #include "base/log.h"
 #include "base/units.h"
 #include "cli/commands.h"
@@ -111,6 +112,10 @@ void ShowRichOutputs(const supervisor::ExecutionResult& r, const std::string& co
 }
 
 int DoRun(const RunFlags& f) {
+  // First thing: on cgroup v1, start the slow first attach's grace period now,
+  // so it has passed by the time the sandbox needs its cgroup (ADR 0004).
+  const pid_t warm_up = supervisor::StartEarlyCgroupWarmUp();
+  Cleanup reap_warm_up([warm_up] { supervisor::FinishCgroupWarmUp(warm_up); });
   // --- The program.
   const int sources = (f.code_set ? 1 : 0) + (f.target.empty() ? 0 : 1);
   if (sources != 1) return UsageError("give exactly one of FILE, -c CODE, or - (stdin)");
@@ -211,6 +216,7 @@ int DoRun(const RunFlags& f) {
                   s.error().ToString());
   }
   supervisor::RunOptions options;
+  options.warm_up_started = warm_up > 0;
   if (!f.collect.empty()) options.collect_dir = f.collect;
   auto result = supervisor::RunSandboxed(*host, *built, program, options);
   if (!result.ok()) {

@@ -77,8 +77,14 @@ std::string OwnV1Procs() {
 
 }  // namespace
 
-pid_t StartCgroupWarmUp(const HostContext& host) {
-  const std::string& procs = host.warm_up_procs;
+pid_t StartCgroupWarmUp(const HostContext& host) { return StartCgroupWarmUpAt(host.warm_up_procs); }
+
+pid_t StartEarlyCgroupWarmUp() {
+  if (::geteuid() != 0) return 0;  // unprivileged: no cgroup of ours to write
+  return StartCgroupWarmUpAt(OwnV1Procs());
+}
+
+pid_t StartCgroupWarmUpAt(const std::string& procs) {
   if (procs.empty()) return 0;
   const pid_t pid = ::fork();
   if (pid == 0) {

@@ -43,6 +43,10 @@ Result<HostContext> LoadHostContext();
 // cgroup_mutex, which mkdir needs too. Returns the helper's pid to reap with
 // FinishCgroupWarmUp (0: nothing started). Single-threaded callers only.
 pid_t StartCgroupWarmUp(const HostContext& host);
+// The same before any HostContext exists, for `kiln run`'s first
+// millisecond: finds our own v1 pids cgroup itself (0 on v2 or unprivileged).
+pid_t StartEarlyCgroupWarmUp();
+pid_t StartCgroupWarmUpAt(const std::string& procs_file);
 void FinishCgroupWarmUp(pid_t helper);
 
 // The runtime directory: $KILN_RUNTIME_DIR, else next to the binary

@@ -215,7 +215,8 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
 
   // v1: begin the slow first cgroup attach now, so its RCU grace period
   // overlaps planning, clone and the child's setup (host.h).
-  const pid_t warm_up = host.cgroups && host.cgroups->mode() == isolation::CgroupMode::kV1 &&
+  const pid_t warm_up = !options.warm_up_started && host.cgroups &&
+                                host.cgroups->mode() == isolation::CgroupMode::kV1 &&
                                 policy.cgroup() == policy::Requirement::kRequired
                             ? StartCgroupWarmUp(host)
                             : 0;

@@ -35,6 +35,8 @@ struct RunOptions {
   // Readable or hung up: the caller is gone; the sandbox is killed and the
   // result says "cancelled".
   int cancel_fd = -1;
+  // The caller already started the cgroup v1 attach warm-up (host.h).
+  bool warm_up_started = false;
 };
 
 // Errors (the call failed, nothing ran): kFailedPrecondition when the host

@@ -58,6 +58,82 @@ def _flush_stdio():
                 pass
 
 
+class _OrderedFd(object):
+    """The raw writer under sys.stdout / sys.stderr (fds 1 and 2).
+
+    Two pipes lose the order between them: when a cell writes "a" to stdout,
+    "b" to stderr, "c" to stdout faster than the supervisor reads, it sees
+    "a c" and "b".  So the first write to one stream after the other one
+    wrote flushes the other's text, sends a ``sync`` frame and waits for
+    ``synced``: by then the supervisor has read both pipes up to here.  Costs
+    one round trip per switch, none per line.  Writes straight to fds 1 and 2
+    (C extensions, child processes) are not ordered this way.
+    """
+
+    def __init__(self, fd, state):
+        self.fd = fd
+        self.state = state  # shared: {"last", "channel", "lock", "pid", "streams"}
+
+    def write(self, data):
+        st = self.state
+        if st["last"] not in (None, self.fd) and posix.getpid() == st["pid"]:
+            other = st["streams"].get(st["last"])
+            st["last"] = self.fd
+            try:
+                if other is not None:
+                    other.flush()
+            except Exception:  # noqa: BLE001 - a closed or replaced stream
+                pass
+            with st["lock"]:
+                st["channel"].send({"type": "sync"})
+                reply = st["channel"].recv()
+            if not isinstance(reply, dict) or reply.get("type") != "synced":
+                _fatal("expected a synced frame, got %r" % (reply,))
+        st["last"] = self.fd
+        view = memoryview(data)
+        total = len(view)
+        while view:
+            n = posix.write(self.fd, view)
+            view = view[n:]
+        return total
+
+
+def _install_ordered_stdio(channel, lock):
+    import io
+
+    state = {"last": None, "channel": channel, "lock": lock, "pid": posix.getpid(), "streams": {}}
+    for fd, name, errors in ((1, "stdout", "strict"), (2, "stderr", "backslashreplace")):
+        old = getattr(sys, name, None)
+        try:
+            if old is not None:
+                old.flush()
+        except Exception:  # noqa: BLE001
+            pass
+
+        class _Raw(io.RawIOBase):
+            def __init__(self, ordered):
+                super().__init__()
+                self._ordered = ordered
+
+            def writable(self):
+                return True
+
+            def write(self, b):
+                return self._ordered.write(b)
+
+            def fileno(self):
+                return self._ordered.fd
+
+            def isatty(self):
+                return False
+
+        raw = _Raw(_OrderedFd(fd, state))
+        stream = io.TextIOWrapper(io.BufferedWriter(raw), encoding="utf-8", errors=errors,
+                                  line_buffering=True, write_through=(fd == 2))
+        state["streams"][fd] = stream
+        setattr(sys, name, stream)
+
+
 def _fatal(message, code=EXIT_PROTOCOL_ERROR):
     """One line on stderr and out: no traceback, no atexit, no user finalizers."""
     _flush_stdio()
@@ -333,12 +409,10 @@ class Session:
             backend = posix.environ.get(b"MPLBACKEND", b"").decode("utf-8", "replace")
         if backend.startswith("module://kiln_runtime."):
             posix.putenv("MPLBACKEND", "agg")
-        # Line-buffered stdout (like a terminal): stdout and stderr text reaches
-        # the supervisor in about the order it was written, not only at frames.
-        try:
-            sys.stdout.reconfigure(line_buffering=True)
-        except Exception:  # noqa: BLE001 - not a TextIOWrapper
-            pass
+        # stdout and stderr keep their order (docs/protocol.md, "sync"): both
+        # are line-buffered, and the first write after the other stream wrote
+        # waits until the supervisor has drained both pipes.
+        _install_ordered_stdio(self.channel, self._lock)
         # The runtime's late imports (the error path's traceback, ...) keep to
         # sys.path as it is now, without the program's directories.
         kiln_runtime.runtime_path = list(sys.path)

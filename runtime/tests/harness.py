@@ -61,6 +61,7 @@ class Runtime:
         child.close()
         self.sock.settimeout(TIMEOUT)
         self.next_cell = 1
+        self.syncs = 0  # sync frames answered (stdout/stderr switches)
         self.stdout = self.stderr = None
 
     # -- frames ---------------------------------------------------------------------
@@ -106,6 +107,11 @@ class Runtime:
         frames = []
         while True:
             frame = self.recv()
+            if frame["type"] == "sync":
+                # As the supervisor does: the pipes are read up to here; go on.
+                self.send({"type": "synced"})
+                self.syncs += 1
+                continue
             frames.append(frame)
             if frame["type"] == "execute_reply":
                 return frames

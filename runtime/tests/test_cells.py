@@ -120,3 +120,25 @@ class WorkspaceTest(RuntimeTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class StreamOrderTest(RuntimeTestCase):
+    def test_switching_streams_syncs_with_the_supervisor(self):
+        # stdout -> stderr -> stdout: two switches, each a sync round trip, so
+        # the supervisor has read both pipes up to each switch.
+        before = self.rt.syncs
+        frames = self.rt.execute("import sys\nprint('a')\nprint('b', file=sys.stderr)\nprint('c')")
+        self.assertEqual(reply(frames)["status"], "ok")
+        self.assertEqual(self.rt.syncs - before, 2)
+
+    def test_one_stream_needs_no_sync(self):
+        before = self.rt.syncs
+        frames = self.rt.execute("for i in range(100):\n    print(i)")
+        self.assertEqual(reply(frames)["status"], "ok")
+        self.assertEqual(self.rt.syncs - before, 0)
+
+    def test_streams_keep_their_file_api(self):
+        frames = self.rt.execute(
+            "import sys\nprint(sys.stdout.fileno(), sys.stderr.fileno(), sys.stdout.isatty())\n"
+            "sys.stdout.buffer.write(b'raw\\n')")
+        self.assertEqual(reply(frames)["status"], "ok")

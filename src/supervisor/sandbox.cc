@@ -47,6 +47,8 @@ constexpr uint64_t kMaxProgramBytes = 64ULL << 20;
 // All frames of one cell together (rich outputs, tracebacks): past it, the
 // sandbox is killed with output_limit. Images have their own, smaller caps.
 constexpr uint64_t kCellFrameBudget = 64ULL << 20;
+// stdout/stderr switches the runtime may ask to order (one round trip each).
+constexpr uint64_t kMaxSyncsPerCell = 1000000;
 
 std::string FormatSeconds(double s) {
   char buf[32];
@@ -455,6 +457,7 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
   bool hello = false, attached = false, program_sent = false, shutdown_sent = false;
   CellOutputs cell(1, policy.display_limits(), kCellFrameBudget);
   std::optional<std::string> protocol_error;
+  uint64_t syncs = 0;
   bool sync_open = true, out_open = true, err_open = true, rt_open = true, init_exited = false;
   UniqueFd workspace_fd;
   std::optional<int> worker_status;
@@ -558,6 +561,21 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
       if (!program_sent) {
         violate("the runtime sent '" + type + "' before any cell");
         return;
+      }
+      if (type == "sync") {
+        // The pipes were drained up to this frame (above): stdout and stderr
+        // written before it are in order; let the runtime go on.
+        if (cell.replied()) {
+          violate("the runtime sent 'sync' after the cell's execute_reply");
+          return;
+        }
+        if (++syncs > kMaxSyncsPerCell) {
+          r.outputs_truncated = true;
+          kill_sandbox(Outcome::kOutputLimit);
+          return;
+        }
+        to_runtime += ipc::EncodeMessage({{"type", "synced"}});
+        continue;
       }
       auto verdict = cell.OnFrame(*parsed, payload.size() + 4);
       if (!verdict.ok()) {

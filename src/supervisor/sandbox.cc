@@ -235,7 +235,7 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
   uint64_t input_total = 0;
   for (const auto& f : policy.input_files()) {
     if (f.content) {
-      // Given by content: a sealed-size memfd is the fd the child copies from.
+      // Given by content (API requests): the child copies from a memfd.
       UniqueFd fd(::memfd_create("kiln-input", MFD_CLOEXEC));
       if (!fd) return ErrnoError("memfd_create");
       if (sys::WriteAll(fd.get(), f.content->data(), f.content->size()) != 0) {

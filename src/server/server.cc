@@ -84,19 +84,11 @@ http::status StatusFor(Code code) {
 // "memory: 8 GiB is over ..." -> field "memory" (PolicyBuilder and PolicyFor
 // errors start with the field they are about).
 std::string FieldOf(const std::string& message) {
-  const auto colon = message.find(':');
-  if (colon == std::string::npos || colon > 32) return "";
-  const std::string f = message.substr(0, colon);
-  for (char c : f) {
-    if (!(c == '_' || (c >= 'a' && c <= 'z'))) return "";
-  }
-  if (f == "output_limit") return "output_limit";
-  if (f == "cpu_time") return "cpu_time";
-  if (f == "timeout" || f == "memory" || f == "cpus" || f == "pids" || f == "disk" || f == "files" ||
-      f == "profile" || f == "file") {
-    return f == "file" ? "files" : f;
-  }
-  return "";
+  static const std::set<std::string> kFields = {"timeout", "cpu_time", "memory", "cpus",   "pids",
+                                                "output_limit", "disk", "files", "profile"};
+  const std::string f = message.substr(0, message.find(':'));
+  if (f == "file") return "files";
+  return kFields.count(f) != 0 ? f : "";
 }
 
 }  // namespace
@@ -331,9 +323,22 @@ struct HttpServer::Impl {
       out.error = builder.error();
       return out;
     }
-    for (const auto& [path, bytes] : exec.files) builder->AddFileContent(path, bytes);
-    if (auto built = builder->Build(); !built.ok()) {
+    // Paths only: the bytes are not copied on the request path; their total is
+    // checked here against the policy's workspace, and again by the supervisor.
+    uint64_t file_bytes = 0;
+    for (const auto& [path, bytes] : exec.files) {
+      builder->AddFileContent(path, std::string());
+      file_bytes += bytes.size();
+    }
+    auto built = builder->Build();
+    if (!built.ok()) {
       out.error = built.error();
+      return out;
+    }
+    if (file_bytes > built->limits().workspace_bytes) {
+      out.error = InvalidArgument("files: the files (" + std::to_string(file_bytes) +
+                                  " bytes) do not fit the workspace (" +
+                                  std::to_string(built->limits().workspace_bytes) + " bytes)");
       return out;
     }
     exec.id = NewId();

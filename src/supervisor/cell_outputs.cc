@@ -36,15 +36,6 @@ Status CellOutputs::CheckCell(const nlohmann::json& f) const {
   return OkStatus();
 }
 
-std::optional<std::string> CellOutputs::result_text() const {
-  for (const auto& o : outputs_) {
-    if (o["output_type"] == "execute_result" && o["data"].contains("text/plain")) {
-      return o["data"]["text/plain"].get<std::string>();
-    }
-  }
-  return std::nullopt;
-}
-
 Result<CellOutputs::FrameVerdict> CellOutputs::OnFrame(const nlohmann::json& f, size_t wire_bytes) {
   frame_bytes_ += wire_bytes;
   if (frame_bytes_ > frame_budget_ || outputs_.size() >= kMaxOutputsPerCell) {

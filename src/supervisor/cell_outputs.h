@@ -56,8 +56,6 @@ class CellOutputs final {
   const nlohmann::json& outputs() const { return outputs_; }
   const std::optional<CellError>& error() const { return error_; }
   const std::optional<PolicyViolationInfo>& policy_violation() const { return violation_; }
-  // The text/plain of the execute_result, if any (for plain CLI output).
-  std::optional<std::string> result_text() const;
 
  private:
   Status CheckCell(const nlohmann::json& f) const;

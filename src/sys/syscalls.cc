@@ -95,19 +95,4 @@ int WriteAll(int fd, const void* buf, size_t len) {
   return 0;
 }
 
-ssize_t ReadFull(int fd, void* buf, size_t len) {
-  char* p = static_cast<char*>(buf);
-  size_t got = 0;
-  while (got < len) {
-    ssize_t n = ::read(fd, p + got, len - got);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    if (n == 0) break;
-    got += static_cast<size_t>(n);
-  }
-  return static_cast<ssize_t>(got);
-}
-
 }  // namespace kiln::sys

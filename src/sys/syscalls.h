@@ -53,7 +53,5 @@ int CapsetClearAll();
 
 // Write all of `len` bytes, retrying on EINTR and short writes. 0 or -1/errno.
 int WriteAll(int fd, const void* buf, size_t len);
-// Read exactly `len` bytes unless EOF comes first. Returns bytes read, or -1/errno.
-ssize_t ReadFull(int fd, void* buf, size_t len);
 
 }  // namespace kiln::sys

@@ -34,6 +34,11 @@ std::string_view ToString(SetupStep step) {
     case SetupStep::kStdio: return "stdio";
     case SetupStep::kCloseFds: return "close_fds";
     case SetupStep::kExec: return "exec";
+    case SetupStep::kZygote: return "zygote";
+    case SetupStep::kChildUserNs: return "child_user_ns";
+    case SetupStep::kChildNamespaces: return "child_namespaces";
+    case SetupStep::kWaitAttach: return "wait_attach";
+    case SetupStep::kVerify: return "verify";
     case SetupStep::kCount: break;
   }
   return "unknown";

@@ -15,6 +15,7 @@
 #include <climits>
 
 #include "child/child_plan.h"
+#include "child/child_steps.h"
 #include "child/sync_message.h"
 #include "isolation/caps.h"
 #include "isolation/landlock.h"
@@ -28,94 +29,6 @@
 namespace kiln::child {
 namespace {
 
-int g_sync_fd = -1;
-
-void Send(const SyncMessage& m) {
-  // MSG_NOSIGNAL: a dead supervisor must not kill us with SIGPIPE before we
-  // notice it through the failed send (we die with it via PDEATHSIG anyway).
-  while (::send(g_sync_fd, &m, sizeof m, MSG_NOSIGNAL) < 0 && errno == EINTR) {
-  }
-}
-
-[[noreturn]] void Fail(SetupStep step, int err, int detail = -1) {
-  SyncMessage m{};
-  m.tag = SyncTag::kFailure;
-  m.step = static_cast<uint8_t>(step);
-  m.err = err;
-  m.detail = detail;
-  Send(m);
-  ::_exit(127);
-}
-
-#define KILN_CHILD_STEP(step, expr) \
-  do {                              \
-    if ((expr) != 0) Fail(step, errno); \
-  } while (0)
-
-int WaitForMaps() {
-  SyncMessage m{};
-  ssize_t n;
-  do {
-    n = ::recv(g_sync_fd, &m, sizeof m, 0);
-  } while (n < 0 && errno == EINTR);
-  if (n != static_cast<ssize_t>(sizeof m) || m.tag != SyncTag::kMapsWritten) {
-    errno = n == 0 ? EPIPE : EPROTO;
-    return -1;
-  }
-  return 0;
-}
-
-int SendWorkspaceFd() {
-  int fd = ::open(isolation::kWorkspacePath, O_PATH | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  SyncMessage m{};
-  m.tag = SyncTag::kWorkspaceFd;
-  iovec iov{&m, sizeof m};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  __builtin_memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  ssize_t n;
-  do {
-    n = ::sendmsg(g_sync_fd, &msg, MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
-  int e = errno;
-  ::close(fd);
-  errno = e;
-  return n == static_cast<ssize_t>(sizeof m) ? 0 : -1;
-}
-
-// Moves the four fds the sandbox keeps to their fixed numbers (through a high
-// range first, so no dup3 clobbers another source), points 0, 1 and 2 at
-// /dev/null (pid 1 must not hold the caller's terminal), and closes the rest.
-int ArrangeFds(const ChildPlan& plan) {
-  const int sources[4] = {plan.code_fd, plan.sync_fd, plan.stdout_fd, plan.stderr_fd};
-  const int targets[4] = {kCodeFd, kSyncFd, kStdoutFd, kStderrFd};
-  int high[4];
-  for (int i = 0; i < 4; ++i) {
-    high[i] = ::fcntl(sources[i], F_DUPFD_CLOEXEC, 64);
-    if (high[i] < 0) return -1;
-  }
-  for (int i = 0; i < 4; ++i) {
-    if (::dup3(high[i], targets[i], O_CLOEXEC) < 0) return -1;
-  }
-  g_sync_fd = kSyncFd;
-  if (sys::CloseRange(kStderrFd + 1, UINT_MAX, 0) != 0) return -1;
-  int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (null_fd < 0) return -1;
-  for (int fd = 0; fd <= 2; ++fd) {
-    if (::dup2(null_fd, fd) < 0) return -1;
-  }
-  return null_fd > 2 ? ::close(null_fd) : 0;
-}
-
 [[noreturn]] void RunWorker(const ChildPlan& plan) {
   // Tell the supervisor who we are: with SO_PASSCRED on its end, the kernel
   // attaches our pid as the supervisor sees it, so it can move exactly this
@@ -124,8 +37,7 @@ int ArrangeFds(const ChildPlan& plan) {
   SyncMessage m{};
   m.tag = SyncTag::kWorkerStarted;
   Send(m);
-  KILN_CHILD_STEP(SetupStep::kStdio, ::dup2(kStdoutFd, 1) < 0 ? -1 : 0);
-  KILN_CHILD_STEP(SetupStep::kStdio, ::dup2(kStderrFd, 2) < 0 ? -1 : 0);
+  KILN_CHILD_STEP(SetupStep::kStdio, WorkerStdio());
   KILN_CHILD_STEP(SetupStep::kStdio, ::fcntl(kCodeFd, F_SETFD, 0));  // keep fd 3 across exec
   KILN_CHILD_STEP(SetupStep::kCloseFds, sys::CloseRange(kStdoutFd, UINT_MAX, 0));
   KILN_CHILD_STEP(SetupStep::kExec, ::chdir(plan.cwd));
@@ -135,8 +47,10 @@ int ArrangeFds(const ChildPlan& plan) {
 
 // pid 1 of the sandbox: reap every orphan, report the worker's status, and
 // exit, which makes the kernel SIGKILL everything left in the namespace
-// (double-forked daemons included).
-[[noreturn]] void RunInit(pid_t worker) {
+// (double-forked daemons included). A zygote's pid 1 reports the zygote's
+// exit the same way but stays while pooled sandboxes it adopted still run
+// (they are reparented to it), and exits when none is left.
+[[noreturn]] void RunInit(pid_t worker, bool zygote) {
   ::close(kCodeFd);
   ::close(kStdoutFd);
   ::close(kStderrFd);
@@ -145,14 +59,16 @@ int ArrangeFds(const ChildPlan& plan) {
     pid_t pid = ::waitpid(-1, &status, __WALL);
     if (pid < 0) {
       if (errno == EINTR) continue;
-      ::_exit(126);  // ECHILD: the worker is gone and was not seen; cannot happen
+      // ECHILD: the worker is gone (a zygote's pid 1: and every sandbox too).
+      ::_exit(zygote && worker == 0 ? 0 : 126);
     }
     if (pid == worker) {
       SyncMessage m{};
       m.tag = SyncTag::kWorkerExited;
       m.status = status;
       Send(m);
-      ::_exit(0);
+      if (!zygote) ::_exit(0);
+      worker = 0;
     }
   }
 }
@@ -160,25 +76,17 @@ int ArrangeFds(const ChildPlan& plan) {
 }  // namespace
 
 void RunChild(const ChildPlan& plan) {
-  g_sync_fd = plan.sync_fd;
+  SetSyncFd(plan.sync_fd);
   // 0. A clean signal state: the supervisor (or the server's spawner) may
   //    ignore or block signals for its own reasons; ignored dispositions and
   //    the mask survive execve, and the program must start with neither.
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig == SIGKILL || sig == SIGSTOP) continue;
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    ::sigaction(sig, &dfl, nullptr);  // EINVAL for the few that cannot change: fine
-  }
+  ResetSignals();
   // 1. Die with the supervisor: a sandbox must never outlive the process that
   //    enforces its limits.
   KILN_CHILD_STEP(SetupStep::kDeathSignal, ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0));
   // 2. Until the supervisor has written our uid/gid maps we are "nobody" and
   //    cannot create a file; EOF here means the supervisor died.
-  KILN_CHILD_STEP(SetupStep::kWaitParent, WaitForMaps());
+  KILN_CHILD_STEP(SetupStep::kWaitParent, WaitForRecord(SyncTag::kMapsWritten));
   //    pid 1 never execs, so its memory is a copy of the supervisor's (its
   //    environment included): nothing in the sandbox may read it through
   //    /proc/1/{environ,mem}. Not before the maps exist: a non-dumpable
@@ -199,7 +107,7 @@ void RunChild(const ChildPlan& plan) {
   //    the setup channel would have hung up).
   KILN_CHILD_STEP(SetupStep::kSetIds, ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0));
   {
-    pollfd pfd{g_sync_fd, POLLRDHUP, 0};
+    pollfd pfd{SyncFd(), POLLRDHUP, 0};
     if (::poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP)) != 0) ::_exit(127);
   }
   // 5. The new root: private propagation, tmpfs root, ro binds, /proc, /dev,
@@ -221,9 +129,18 @@ void RunChild(const ChildPlan& plan) {
   //    through a path the sandbox could redirect.
   KILN_CHILD_STEP(SetupStep::kWorkspaceFd, SendWorkspaceFd());
   // 10. Keep only the fds the plan lists.
-  KILN_CHILD_STEP(SetupStep::kCloseFds, ArrangeFds(plan));
-  // 11. No capability survives, in any set, for us or anything we exec.
-  KILN_CHILD_STEP(SetupStep::kDropCaps, isolation::DropAllCapabilitiesInChild(plan.last_cap));
+  KILN_CHILD_STEP(SetupStep::kCloseFds,
+                  ArrangeFds(plan.code_fd, plan.sync_fd, plan.stdout_fd, plan.stderr_fd));
+  // 11. No capability survives, in any set, for us or anything we exec. A
+  //     zygote keeps CAP_SETUID and CAP_SETGID of its own user namespace,
+  //     ambient so that they survive the exec of its interpreter: it gives
+  //     each child its own uid; every other step happens in the child's own
+  //     user namespace (zygote_child.cc).
+  if (plan.zygote) {
+    KILN_CHILD_STEP(SetupStep::kDropCaps, isolation::KeepOnlySetIdCapsInChild(plan.last_cap));
+  } else {
+    KILN_CHILD_STEP(SetupStep::kDropCaps, isolation::DropAllCapabilitiesInChild(plan.last_cap));
+  }
   // 12. Per-process limits (and the rlimit fallback when there is no cgroup).
   int failed_rlimit = -1;
   if (isolation::ApplyRlimitsInChild(plan.rlimits, &failed_rlimit) != 0) {
@@ -237,14 +154,18 @@ void RunChild(const ChildPlan& plan) {
   if (plan.landlock.abi > 0) {
     KILN_CHILD_STEP(SetupStep::kLandlock, isolation::ApplyLandlockInChild(plan.landlock));
   }
-  // 15. seccomp last, so its filter need not allow any setup call.
-  KILN_CHILD_STEP(SetupStep::kSeccomp,
-                  isolation::ApplySeccompInChild(plan.seccomp, plan.seccomp_length));
+  // 15. seccomp last, so its filter need not allow any setup call. Not in a
+  //     zygote: its children unshare and mount, then install it themselves
+  //     (and Landlock, whose plan a zygote's ChildPlan leaves at ABI 0).
+  if (!plan.zygote) {
+    KILN_CHILD_STEP(SetupStep::kSeccomp,
+                    isolation::ApplySeccompInChild(plan.seccomp, plan.seccomp_length));
+  }
   // 16. The worker runs the program; we stay pid 1.
   pid_t worker = ::fork();
   if (worker < 0) Fail(SetupStep::kForkWorker, errno);
   if (worker == 0) RunWorker(plan);
-  RunInit(worker);
+  RunInit(worker, plan.zygote);
 }
 
 }  // namespace kiln::child

@@ -45,6 +45,12 @@ struct ChildPlan {
   char* const* argv = nullptr;
   char* const* envp = nullptr;
   const char* cwd = "/workspace";
+
+  // A zygote's jail (src/zygote/zygote.cc): the worker is the zygote's
+  // interpreter, which keeps CAP_SETUID/CAP_SETGID (ambient) and installs no
+  // seccomp filter (its children do, after their own setup); pid 1 outlives
+  // it while adopted sandboxes run. The caller leaves landlock at ABI 0.
+  bool zygote = false;
 };
 
 // Runs in the child of clone3, which is pid 1 of the new pid namespace: the

@@ -16,6 +16,7 @@
 #include "base/log.h"
 #include "base/units.h"
 #include "cli/commands.h"
+#include "cli/pool.h"
 #include "config/config.h"
 #include "policy/policy.h"
 #include "supervisor/sandbox.h"
@@ -31,6 +32,7 @@ struct RunFlags {
   std::vector<std::string> files;
   std::string collect;
   bool json = false;
+  bool via_pool = false;
   std::string code;
   bool code_set = false;
   std::string target;  // FILE or "-"
@@ -218,7 +220,8 @@ int DoRun(const RunFlags& f) {
   supervisor::RunOptions options;
   options.warm_up_started = warm_up > 0;
   if (!f.collect.empty()) options.collect_dir = f.collect;
-  auto result = supervisor::RunSandboxed(*host, *built, program, options);
+  auto result = f.via_pool ? RunViaPool(*host, *built, program, options)
+                           : supervisor::RunSandboxed(*host, *built, program, options);
   if (!result.ok()) {
     PrintRefusal(result.error(), f.json);
     return result.error().code == Code::kInvalidArgument ? kExitUsage : kExitRefused;
@@ -260,6 +263,9 @@ void RegisterRun(CLI::App& app, Action* action) {
   run->add_option("--file", flags->files, "HOST[:NAME]: copy a host file into the workspace");
   run->add_option("--collect", flags->collect, "Copy the workspace's files here afterwards");
   run->add_flag("--json", flags->json, "Print one JSON object with the whole result");
+  // Hidden (empty group): the program runs in a sandbox forked from a zygote
+  // made for this run, for the pool-path test tiers.
+  run->add_flag("--pool", flags->via_pool, "Run in a pooled sandbox")->group("");
   run->add_option("--config", flags->config, "kiln.toml with the profiles (default: built-in)");
   run->add_option("--profile", flags->profile, "Profile to run under (default: 'default')");
   run->add_option("-c", flags->code, "Program text")

@@ -21,6 +21,18 @@ int DropAllCapabilitiesInChild(int last_cap) {
   return sys::CapsetClearAll();
 }
 
+int KeepOnlySetIdCapsInChild(int last_cap) {
+  for (int cap = 0; cap <= last_cap; ++cap) {
+    if (cap == CAP_SETUID || cap == CAP_SETGID) continue;
+    if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) return -1;
+  }
+  constexpr uint64_t kKeep = (1ULL << CAP_SETUID) | (1ULL << CAP_SETGID);
+  if (sys::Capset(kKeep, kKeep, kKeep) != 0) return -1;
+  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) return -1;
+  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_SETUID, 0, 0) != 0) return -1;
+  return ::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_SETGID, 0, 0);
+}
+
 int ReadLastCap() {
   std::ifstream in("/proc/sys/kernel/cap_last_cap");
   int v = CAP_LAST_CAP;

@@ -50,9 +50,11 @@ unsigned long LockedFlags(const std::string& path) {
 
 class Builder {
  public:
-  explicit Builder(MountPlan* plan) : plan_(plan) {}
+  // Targets are `root` + the sandbox path: the staging root before pivot_root,
+  // or "" for a plan run inside the sandbox's root (a pooled child's).
+  Builder(MountPlan* plan, std::string root) : plan_(plan), root_(std::move(root)) {}
 
-  std::string T(const std::string& p) { return std::string(kStagingRoot) + p; }
+  std::string T(const std::string& p) { return root_ + p; }
 
   void Mkdir(const std::string& p, SetupStep step, uint32_t mode = 0755) {
     plan_->Add({MountOpKind::kMkdir, step, nullptr, plan_->Intern(T(p)), 0, nullptr, 0, -1, mode});
@@ -102,6 +104,7 @@ class Builder {
 
  private:
   MountPlan* plan_;
+  std::string root_;
   int next_slot_ = 0;
 };
 
@@ -112,6 +115,61 @@ int g_tree_fds[kMaxTreeSlots] = {-1, -1, -1, -1, -1, -1, -1, -1,
 
 std::string SizeOpt(uint64_t bytes) { return "size=" + std::to_string(bytes); }
 
+// What each sandbox gets of its own, on mount points that exist: a fresh /proc
+// for its pid namespace (masked), size-capped tmpfs on /dev/shm, /tmp and
+// /workspace, the font cache and the caller's files. The cold path runs it in
+// the staging root; a pooled child, forked from a zygote whose jail already
+// has the rest, runs only this (BuildPrivateMountPlan).
+void AddPrivateMounts(Builder& b, MountPlan& plan, const MountLayout& layout) {
+  const std::string ids =
+      ",uid=" + std::to_string(layout.inside_uid) + ",gid=" + std::to_string(layout.inside_gid);
+  // A fresh /proc for the new pid namespace, with the entries that reveal or
+  // poke the host masked (as runc and Docker do).
+  // hidepid=ptraceable (Linux 5.8): a process the program may not ptrace is
+  // invisible, so pid 1 (kiln's init, not dumpable) and its command line,
+  // which names the host's kiln binary, do not show.
+  plan.Add({MountOpKind::kProc, SetupStep::kMountProc, nullptr, plan.Intern(b.T("/proc")),
+            MS_NOSUID | MS_NODEV | MS_NOEXEC, plan.Intern("hidepid=ptraceable"), 0, -1, 0});
+  // A zygote's /proc stays unmasked: the kernel lets a user namespace mount a
+  // new procfs only where one is already fully visible (mount_too_revealing),
+  // and each of the zygote's children mounts its own, masked, over it.
+  if (layout.mask_proc) {
+    for (const char* f : {"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug",
+                          "/proc/latency_stats", "/proc/sysrq-trigger", "/proc/kallsyms",
+                          "/proc/kmsg", "/proc/config.gz", "/proc/vmallocinfo", "/proc/slabinfo",
+                          "/proc/pagetypeinfo", "/proc/iomem", "/proc/ioports"}) {
+      b.Op(MountOpKind::kMaskFile, SetupStep::kMountProc, "/dev/null", f);
+    }
+    for (const char* d : {"/proc/acpi", "/proc/scsi", "/proc/bus", "/proc/irq", "/proc/fs",
+                          "/proc/driver", "/proc/asound", "/proc/tty", "/proc/sys"}) {
+      b.Op(MountOpKind::kMaskDir, SetupStep::kMountProc, "", d);
+    }
+  }
+  // Writable, size-capped, never executable.
+  b.Tmpfs("/dev/shm", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+          SizeOpt(layout.shm_bytes) + ",mode=1777" + ids, SetupStep::kMountTmpfs);
+  b.Tmpfs("/tmp", MS_NOSUID | MS_NODEV | MS_NOEXEC, SizeOpt(layout.tmp_bytes) + ",mode=1777" + ids,
+          SetupStep::kMountTmpfs);
+  b.Tmpfs(kWorkspacePath, MS_NOSUID | MS_NODEV | MS_NOEXEC,
+          SizeOpt(layout.workspace_bytes) + ",mode=0755" + ids, SetupStep::kMountTmpfs);
+
+  // The pre-built matplotlib font cache (a missing one costs 0.4-0.6 s per
+  // start), then the caller's files.
+  b.Mkdir(kMplConfigPath, SetupStep::kStageFiles, 0700);
+  for (const auto& f : layout.mpl_cache_files) {
+    b.Copy(f.fd, std::string(kMplConfigPath) + "/" + f.name, 0644);
+  }
+  // Files may sit in subdirectories ("data/a.csv"): make each directory once.
+  std::set<std::string> made;
+  for (const auto& f : layout.workspace_files) {
+    for (size_t pos = f.name.find('/'); pos != std::string::npos; pos = f.name.find('/', pos + 1)) {
+      const std::string dir = std::string(kWorkspacePath) + "/" + f.name.substr(0, pos);
+      if (made.insert(dir).second) b.Mkdir(dir, SetupStep::kStageFiles);
+    }
+    b.Copy(f.fd, std::string(kWorkspacePath) + "/" + f.name, 0644);
+  }
+}
+
 }  // namespace
 
 const char* MountPlan::Intern(std::string s) {
@@ -119,11 +177,18 @@ const char* MountPlan::Intern(std::string s) {
   return strings_.back().c_str();
 }
 
+Result<MountPlan> BuildPrivateMountPlan(const MountLayout& layout) {
+  MountPlan plan;
+  Builder b(&plan, "");
+  AddPrivateMounts(b, plan, layout);
+  return plan;
+}
+
 Result<MountPlan> BuildMountPlan(const MountLayout& layout) {
   namespace fs = std::filesystem;
   MountPlan plan;
   plan.set_new_root(plan.Intern(kStagingRoot));
-  Builder b(&plan);
+  Builder b(&plan, kStagingRoot);
   const std::string ids =
       ",uid=" + std::to_string(layout.inside_uid) + ",gid=" + std::to_string(layout.inside_gid);
 
@@ -197,25 +262,6 @@ Result<MountPlan> BuildMountPlan(const MountLayout& layout) {
   }
   if (b.slots_used() > kMaxTreeSlots) return InvalidArgument("too many extra mounts");
 
-  // A fresh /proc for the new pid namespace, with the entries that reveal or
-  // poke the host masked (as runc and Docker do).
-  b.Mkdir("/proc", SetupStep::kMountProc);
-  // hidepid=ptraceable (Linux 5.8): a process the program may not ptrace is
-  // invisible, so pid 1 (kiln's init, not dumpable) and its command line,
-  // which names the host's kiln binary, do not show.
-  plan.Add({MountOpKind::kProc, SetupStep::kMountProc, nullptr, plan.Intern(b.T("/proc")),
-            MS_NOSUID | MS_NODEV | MS_NOEXEC, plan.Intern("hidepid=ptraceable"), 0, -1, 0});
-  for (const char* f : {"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug",
-                        "/proc/latency_stats", "/proc/sysrq-trigger", "/proc/kallsyms",
-                        "/proc/kmsg", "/proc/config.gz", "/proc/vmallocinfo", "/proc/slabinfo",
-                        "/proc/pagetypeinfo", "/proc/iomem", "/proc/ioports"}) {
-    b.Op(MountOpKind::kMaskFile, SetupStep::kMountProc, "/dev/null", f);
-  }
-  for (const char* d : {"/proc/acpi", "/proc/scsi", "/proc/bus", "/proc/irq", "/proc/fs",
-                        "/proc/driver", "/proc/asound", "/proc/tty", "/proc/sys"}) {
-    b.Op(MountOpKind::kMaskDir, SetupStep::kMountProc, "", d);
-  }
-
   // Minimal /dev: device nodes cannot be made in a user namespace, so bind the
   // host's five harmless ones; everything else does not exist.
   b.Mkdir("/dev", SetupStep::kMountBinds);
@@ -230,33 +276,11 @@ Result<MountPlan> BuildMountPlan(const MountLayout& layout) {
   b.Symlink("/proc/self/fd/1", "/dev/stdout");
   b.Symlink("/proc/self/fd/2", "/dev/stderr");
   b.Mkdir("/dev/shm", SetupStep::kMountTmpfs);
-  b.Tmpfs("/dev/shm", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-          SizeOpt(layout.shm_bytes) + ",mode=1777" + ids, SetupStep::kMountTmpfs);
   b.Op(MountOpKind::kRemountRo, SetupStep::kMountTmpfs, "", "/dev", MS_NOSUID | MS_NOEXEC);
-
-  // Writable, size-capped, never executable.
+  b.Mkdir("/proc", SetupStep::kMountProc);
   b.Mkdir("/tmp", SetupStep::kMountTmpfs);
-  b.Tmpfs("/tmp", MS_NOSUID | MS_NODEV | MS_NOEXEC, SizeOpt(layout.tmp_bytes) + ",mode=1777" + ids,
-          SetupStep::kMountTmpfs);
   b.Mkdir(kWorkspacePath, SetupStep::kMountTmpfs);
-  b.Tmpfs(kWorkspacePath, MS_NOSUID | MS_NODEV | MS_NOEXEC,
-          SizeOpt(layout.workspace_bytes) + ",mode=0755" + ids, SetupStep::kMountTmpfs);
-
-  // The pre-built matplotlib font cache (a missing one costs 0.4-0.6 s per
-  // start), then the caller's files.
-  b.Mkdir(kMplConfigPath, SetupStep::kStageFiles, 0700);
-  for (const auto& f : layout.mpl_cache_files) {
-    b.Copy(f.fd, std::string(kMplConfigPath) + "/" + f.name, 0644);
-  }
-  // Files may sit in subdirectories ("data/a.csv"): make each directory once.
-  std::set<std::string> made;
-  for (const auto& f : layout.workspace_files) {
-    for (size_t pos = f.name.find('/'); pos != std::string::npos; pos = f.name.find('/', pos + 1)) {
-      const std::string dir = std::string(kWorkspacePath) + "/" + f.name.substr(0, pos);
-      if (made.insert(dir).second) b.Mkdir(dir, SetupStep::kStageFiles);
-    }
-    b.Copy(f.fd, std::string(kWorkspacePath) + "/" + f.name, 0644);
-  }
+  AddPrivateMounts(b, plan, layout);
   return plan;
 }
 

@@ -98,12 +98,22 @@ struct MountLayout {
   std::vector<Staged> mpl_cache_files;
   // Extra read-only binds, host path = sandbox path (profiles, later).
   std::vector<std::string> extra_ro_paths;
+  // Mask /proc's host-revealing entries. Off only for a zygote's jail, whose
+  // children each mount their own masked /proc over it (BuildPrivateMountPlan).
+  bool mask_proc = true;
 };
 
 // Supervisor side, before clone. Reads the host (which top-level entries are
 // symlinks into /usr, which /etc files exist, the flags of each bind source's
 // mount that a user namespace would lock) and returns the ops.
 Result<MountPlan> BuildMountPlan(const MountLayout& layout);
+
+// The ops of what every sandbox has of its own, for a child that already is in
+// a sandbox's root (a pooled child forked from a zygote, src/zygote): a fresh
+// masked /proc, tmpfs on /dev/shm, /tmp and /workspace (the mount points
+// exist), the font cache and `workspace_files`. Targets are absolute paths;
+// new_root() is null. Runs ApplyMountOpsInChild like the full plan.
+Result<MountPlan> BuildPrivateMountPlan(const MountLayout& layout);
 
 // Child side, first, while the child still has the supervisor's host uid (so a
 // runtime directory under a private home is reachable): detaches a copy of each

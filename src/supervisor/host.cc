@@ -4,6 +4,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -12,10 +14,41 @@
 #include <filesystem>
 
 #include "isolation/caps.h"
+#include "isolation/mount_ns.h"
 
 namespace kiln::supervisor {
 
 namespace fs = std::filesystem;
+
+std::vector<std::string> SandboxEnvironment(
+    double cpus, const std::vector<std::pair<std::string, std::string>>& extra) {
+  const int threads = std::max(1, static_cast<int>(std::ceil(cpus)));
+  std::vector<std::pair<std::string, std::string>> env = {
+      {"PATH", "/usr/local/bin:/usr/bin:/bin"},
+      {"HOME", "/tmp"},
+      {"TMPDIR", "/tmp"},
+      {"LANG", "C.UTF-8"},
+      // Agg underneath; show() and open figures become display_data.
+      {"MPLBACKEND", "module://kiln_runtime.mpl_backend"},
+      {"MPLCONFIGDIR", isolation::kMplConfigPath},
+      {"OPENBLAS_NUM_THREADS", std::to_string(threads)},
+      {"OMP_NUM_THREADS", std::to_string(threads)},
+      {"MKL_NUM_THREADS", std::to_string(threads)},
+  };
+  for (const auto& [k, v] : extra) {
+    bool replaced = false;
+    for (auto& e : env) {
+      if (e.first == k) {
+        e.second = v;
+        replaced = true;
+      }
+    }
+    if (!replaced) env.emplace_back(k, v);
+  }
+  std::vector<std::string> out;
+  for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+  return out;
+}
 
 Result<std::string> FindRuntimeDir() {
   std::vector<fs::path> candidates;

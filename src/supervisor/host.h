@@ -49,6 +49,13 @@ pid_t StartEarlyCgroupWarmUp();
 pid_t StartCgroupWarmUpAt(const std::string& procs_file);
 void FinishCgroupWarmUp(pid_t helper);
 
+// The interpreter's environment in a sandbox, "NAME=value" each: a fixed set
+// (PATH, HOME=/tmp, LANG, matplotlib's backend and config dir, BLAS threads
+// = ceil(cpus)), then `extra` (names validated by the caller) replacing or
+// adding. Shared by the cold path and the zygotes.
+std::vector<std::string> SandboxEnvironment(
+    double cpus, const std::vector<std::pair<std::string, std::string>>& extra);
+
 // The runtime directory: $KILN_RUNTIME_DIR, else next to the binary
 // (<exe>/../runtime for a build tree, <exe>/../share/kiln/runtime installed).
 Result<std::string> FindRuntimeDir();

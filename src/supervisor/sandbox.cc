@@ -29,7 +29,9 @@
 #include "isolation/user_ns.h"
 #include "ipc/frame.h"
 #include "supervisor/cell_outputs.h"
+#include "supervisor/sync_channel.h"
 #include "supervisor/workspace.h"
+#include "supervisor/workspace_files.h"
 #include "sys/syscalls.h"
 
 namespace kiln::supervisor {
@@ -111,67 +113,6 @@ bool ReadCapped(int fd, std::string* buf, uint64_t cap, bool* over) {
   }
 }
 
-struct Received {
-  SyncMessage msg{};
-  UniqueFd fd;        // SCM_RIGHTS, if any
-  pid_t sender = 0;   // SCM_CREDENTIALS, if any
-  bool eof = false;
-  bool again = false;  // nothing to read now
-  bool garbage = false;
-};
-
-// One record from the setup channel. Anything that is not exactly one
-// SyncMessage is garbage: the sandbox is hostile (P19).
-Received ReceiveSync(int fd) {
-  Received out;
-  iovec iov{&out.msg, sizeof out.msg};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4) + CMSG_SPACE(sizeof(ucred))];
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  ssize_t n;
-  do {
-    n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-  } while (n < 0 && errno == EINTR);
-  if (n < 0) {
-    if (errno == EAGAIN) {
-      out.again = true;
-    } else {
-      out.eof = true;
-    }
-    return out;
-  }
-  if (n == 0) {
-    out.eof = true;
-    return out;
-  }
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET) continue;
-    if (c->cmsg_type == SCM_RIGHTS) {
-      const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < count; ++i) {
-        int received;
-        std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-        if (i == 0 && !out.fd) {
-          out.fd.Reset(received);
-        } else {
-          ::close(received);  // more fds than a record carries: drop them
-        }
-      }
-    } else if (c->cmsg_type == SCM_CREDENTIALS) {
-      ucred cred{};
-      std::memcpy(&cred, CMSG_DATA(c), sizeof cred);
-      out.sender = cred.pid;
-    }
-  }
-  if (n != static_cast<ssize_t>(sizeof(SyncMessage)) || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
-    out.garbage = true;
-  }
-  return out;
-}
-
 std::string DescribeFailure(const SyncMessage& m, const isolation::MountPlan& mounts) {
   const auto step = static_cast<SetupStep>(m.step);
   std::string s = "sandbox setup failed at step " + std::string(ToString(step));
@@ -189,6 +130,44 @@ std::string DescribeFailure(const SyncMessage& m, const isolation::MountPlan& mo
   if (m.err > 0) s += ": " + std::string(std::strerror(m.err));
   if (step == SetupStep::kStageFiles && m.err == ENOSPC) s += " (the files exceed the workspace size)";
   return s;
+}
+
+// A pooled sandbox's environment and tmpfs sizes were fixed when its zygote
+// started: the caller (the spawner, `kiln run --pool`) only adopts one for a
+// request they fit (docs/adr/0009-zygote.md). The input files go in through
+// its workspace fd, owned by its uid, before any line of the program runs.
+Status PrepareAdopted(const AdoptedSandbox& a, const HostContext& host,
+                      const policy::SandboxPolicy& policy, const Program& program,
+                      ExecutionResult* r) {
+  if (!program.env.empty()) {
+    return FailedPrecondition("a pooled sandbox's environment is its zygote's");
+  }
+  if (!a.cgroup || !a.sync || !a.runtime || !a.out || !a.err || !a.workspace || !a.init_pidfd) {
+    return InvalidArgument("an adopted sandbox needs its cgroup and every fd");
+  }
+  r->limits_backend = "cgroup " + std::string(isolation::ToString(host.cgroups->mode()));
+  if (policy.input_files().empty()) return OkStatus();
+  KILN_ASSIGN_OR_RETURN(ScopedFsIds ids, ScopedFsIds::Enter(a.host_uid, a.host_uid));
+  const WorkspaceCaps caps{policy.limits().workspace_bytes, policy.limits().workspace_bytes};
+  for (const auto& f : policy.input_files()) {
+    std::string bytes;
+    if (f.content) {
+      bytes = *f.content;
+    } else {
+      UniqueFd fd(::open(f.host_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
+      struct stat st {};
+      if (!fd) return ErrnoError("file: cannot open '" + f.host_path + "'");
+      if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+        return InvalidArgument("file: '" + f.host_path + "' is not a regular file");
+      }
+      char buf[65536];
+      ssize_t n;
+      while ((n = ::read(fd.get(), buf, sizeof buf)) > 0) bytes.append(buf, static_cast<size_t>(n));
+      if (n < 0) return ErrnoError("read '" + f.host_path + "'");
+    }
+    KILN_TRY(WriteFileBeneath(a.workspace.get(), f.name, bytes, caps, a.host_uid, a.host_uid));
+  }
+  return OkStatus();
 }
 
 }  // namespace
@@ -215,251 +194,257 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
     return InvalidArgument("program: larger than " + FormatSize(kMaxProgramBytes));
   }
 
-  // v1: begin the slow first cgroup attach now, so its RCU grace period
-  // overlaps planning, clone and the child's setup (host.h).
-  const pid_t warm_up = !options.warm_up_started && host.cgroups &&
-                                host.cgroups->mode() == isolation::CgroupMode::kV1 &&
-                                policy.cgroup() == policy::Requirement::kRequired
-                            ? StartCgroupWarmUp(host)
-                            : 0;
-  Cleanup reap_warm_up([warm_up] { FinishCgroupWarmUp(warm_up); });
-
-  // --- Plan: everything the child needs, before clone (P4).
+  // What the event loop drives: a sandbox launched here (the cold path), or
+  // one adopted from the warm pool (src/zygote), set up by then, in its
+  // cgroup, with its runtime's hello waiting.
+  pid_t warm_up = 0;
+  Cleanup reap_warm_up([&warm_up] { FinishCgroupWarmUp(warm_up); });
   std::vector<UniqueFd> keep_fds;
-  isolation::MountLayout layout;
-  layout.inside_uid = isolation::kInsideUid;
-  layout.inside_gid = isolation::kInsideGid;
-  layout.workspace_bytes = limits.workspace_bytes;
-  layout.tmp_bytes = limits.tmp_bytes;
-  layout.shm_bytes = limits.shm_bytes;
-  uint64_t input_total = 0;
-  for (const auto& f : policy.input_files()) {
-    if (f.content) {
-      // Given by content (API requests): the child copies from a memfd.
-      UniqueFd fd(::memfd_create("kiln-input", MFD_CLOEXEC));
-      if (!fd) return ErrnoError("memfd_create");
-      if (sys::WriteAll(fd.get(), f.content->data(), f.content->size()) != 0) {
-        return ErrnoError("write input file " + f.name);
-      }
-      input_total += f.content->size();
-      layout.workspace_files.push_back({fd.get(), f.name});
-      keep_fds.push_back(std::move(fd));
-      continue;
-    }
-    UniqueFd fd(::open(f.host_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
-    if (!fd) return ErrnoError("file: cannot open '" + f.host_path + "'");
-    struct stat st {};
-    if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-      return InvalidArgument("file: '" + f.host_path + "' is not a regular file");
-    }
-    input_total += static_cast<uint64_t>(st.st_size);
-    layout.workspace_files.push_back({fd.get(), f.name});
-    keep_fds.push_back(std::move(fd));
-  }
-  if (input_total > limits.workspace_bytes) {
-    return InvalidArgument("file: the input files (" + FormatSize(input_total) +
-                           ") do not fit the workspace (--disk " +
-                           FormatSize(limits.workspace_bytes) + ")");
-  }
-  {
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(fs::path(host.cache_dir) / "matplotlib", ec)) {
-      const std::string name = e.path().filename().string();
-      if (name.rfind("fontlist-", 0) != 0 || e.path().extension() != ".json") continue;
-      UniqueFd fd(::open(e.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-      if (!fd) continue;
-      layout.mpl_cache_files.push_back({fd.get(), name});
-      keep_fds.push_back(std::move(fd));
-    }
-  }
-  // The runtime directory is detached by open_tree in the child before the
-  // staging root covers /tmp, so it may live anywhere (mount_ns.h).
-  layout.runtime_dir = host.runtime_dir;
-  layout.extra_ro_paths = policy.extra_ro_mounts();
-  KILN_ASSIGN_OR_RETURN(isolation::MountPlan mounts, isolation::BuildMountPlan(layout));
-
-  KILN_ASSIGN_OR_RETURN(isolation::UidSlot slot, isolation::UidSlot::Acquire(host.slot_lock_dir));
-
-  CStringArray argv;
-  argv.Add(policy.interpreter());
-  argv.Add("-I");  // isolated: no PYTHON* variables, no user site, no cwd on sys.path
-  // No site: half of the interpreter's start (.pth files run code, and some
-  // are host-specific); the launcher sets Debian's dist-packages path itself.
-  argv.Add("-S");
-  argv.Add("-B");  // the tree is read-only; never try to write .pyc files
-  argv.Add(std::string(isolation::kRuntimeMountPath) + "/kiln_runtime/launch.py");
-  if (!policy.preload().empty()) {
-    std::string list;
-    for (const auto& m : policy.preload()) list += (list.empty() ? "" : ",") + m;
-    argv.Add("--preload");
-    argv.Add(list);
-  }
-  CStringArray envp;
-  {
-    const int threads = std::max(1, static_cast<int>(std::ceil(limits.cpus)));
-    std::vector<std::pair<std::string, std::string>> env = {
-        {"PATH", "/usr/local/bin:/usr/bin:/bin"},
-        {"HOME", "/tmp"},
-        {"TMPDIR", "/tmp"},
-        {"LANG", "C.UTF-8"},
-        // Agg underneath; show() and open figures become display_data.
-        {"MPLBACKEND", "module://kiln_runtime.mpl_backend"},
-        {"MPLCONFIGDIR", isolation::kMplConfigPath},
-        {"OPENBLAS_NUM_THREADS", std::to_string(threads)},
-        {"OMP_NUM_THREADS", std::to_string(threads)},
-        {"MKL_NUM_THREADS", std::to_string(threads)},
-    };
-    for (const auto& [k, v] : program.env) {
-      bool replaced = false;
-      for (auto& e : env) {
-        if (e.first == k) {
-          e.second = v;
-          replaced = true;
-        }
-      }
-      if (!replaced) env.emplace_back(k, v);
-    }
-    for (const auto& [k, v] : env) envp.Add(k + "=" + v);
-  }
-
-  int sp[2];
-  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) return ErrnoError("socketpair");
-  UniqueFd sync_parent(sp[0]), sync_child(sp[1]);
-  const int one = 1;
-  if (::setsockopt(sync_parent.get(), SOL_SOCKET, SO_PASSCRED, &one, sizeof one) != 0) {
-    return ErrnoError("setsockopt SO_PASSCRED");
-  }
-  // The runtime channel (docs/protocol.md section 2): fd 3 of the worker.
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) return ErrnoError("socketpair");
-  UniqueFd rt_parent(sp[0]), rt_child(sp[1]);
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return ErrnoError("pipe2");
-  UniqueFd out_r(p[0]), out_w(p[1]);
-  if (::pipe2(p, O_CLOEXEC) != 0) return ErrnoError("pipe2");
-  UniqueFd err_r(p[0]), err_w(p[1]);
-  KILN_TRY(SetNonBlocking(rt_parent.get()));
-  KILN_TRY(SetNonBlocking(out_r.get()));
-  KILN_TRY(SetNonBlocking(err_r.get()));
-
-  child::ChildPlan plan;
-  plan.sync_fd = sync_child.get();
-  plan.code_fd = rt_child.get();
-  plan.stdout_fd = out_w.get();
-  plan.stderr_fd = err_w.get();
-  plan.drop_groups = slot.privileged();
-  plan.mount_ops = mounts.ops().data();
-  plan.mount_count = mounts.ops().size();
-  plan.new_root = mounts.new_root();
-  plan.hostname = policy.hostname().c_str();
-  plan.last_cap = host.last_cap;
-  if (host.landlock) plan.landlock = *host.landlock;
-  plan.seccomp = host.seccomp.data();
-  plan.seccomp_length = host.seccomp.size();
-  plan.exec_path = policy.interpreter().c_str();
-  plan.argv = argv.Finish();
-  plan.envp = envp.Finish();
-  plan.cwd = isolation::kWorkspacePath;
-  const auto t_planned = Clock::now();
-  r.phases.plan_ms = Ms(t_start, t_planned);
-
-  // --- cgroup. v2: before clone, which starts the child inside it. v1 (when
-  // required): after clone, while the child builds its root; the worker is
-  // attached later (ADR 0004). Best effort: a cgroup we may not create means
-  // the rlimit fallback, said out loud.
+  isolation::MountPlan mounts;
+  std::optional<isolation::UidSlot> slot;
+  UniqueFd sync_parent, rt_parent, out_r, err_r, pidfd_owner, adopted_workspace;
   std::unique_ptr<isolation::Cgroup> cgroup;
-  const bool required = policy.cgroup() == policy::Requirement::kRequired;
-  const bool create_after_clone =
-      have_cgroup && required && host.cgroups->mode() == isolation::CgroupMode::kV1;
-  bool use_cgroup = have_cgroup;
-  auto create_cgroup = [&]() -> Status {
-    KILN_ASSIGN_OR_RETURN(cgroup, host.cgroups->Create(
-                                      UniqueCgroupName(),
-                                      {limits.memory_bytes, limits.pids, limits.cpus}));
-    return OkStatus();
-  };
-  if (have_cgroup && !create_after_clone) {
-    Status created = create_cgroup();
-    if (!created.ok()) {
-      if (required) return std::move(created).error();
-      use_cgroup = false;
-      KILN_LOG_WARN("cannot create a cgroup here ({}); using rlimits (RLIMIT_DATA, RLIMIT_NPROC)",
-                    created.error().ToString());
-    }
-  } else if (!have_cgroup) {
-    KILN_LOG_WARN("no cgroup limits on this host ({}); using rlimits (RLIMIT_DATA, RLIMIT_NPROC)",
-                  host.cgroups ? host.cgroups->reason() : "not detected");
-  }
-  r.limits_backend = use_cgroup ? std::string("cgroup ") +
-                                      std::string(isolation::ToString(host.cgroups->mode()))
-                                : "rlimits";
-  plan.rlimits = isolation::BuildRlimitPlan({limits.open_files, limits.workspace_bytes,
-                                             limits.cpu_time_s, !use_cgroup, limits.memory_bytes,
-                                             limits.pids});
-  const auto t_cgroup = Clock::now();
-  r.phases.cgroup_ms = Ms(t_planned, t_cgroup);
-
-  // --- clone3 into every namespace at once.
+  pid_t pid = -1;
   int pidfd = -1;
-  clone_args args{};
-  args.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
-               CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD;
-  args.pidfd = sys::PointerToU64(&pidfd);
-  args.exit_signal = SIGCHLD;
-  if (cgroup && cgroup->clone_into_fd() >= 0) {
-    args.flags |= CLONE_INTO_CGROUP;
-    args.cgroup = static_cast<uint64_t>(cgroup->clone_into_fd());
-  }
-  const pid_t pid = sys::Clone3(&args);
-  if (pid == 0) child::RunChild(plan);  // never returns
-  if (pid < 0) {
-    const int e = errno;
-    std::string hint;
-    if (e == EPERM || e == ENOSPC || e == EUSERS) {
-      hint = " (user namespaces may be disabled or exhausted: see `kiln doctor`)";
-    }
-    return ErrnoError("clone3 into new namespaces" + hint, e, SetupStep::kClone);
-  }
-  UniqueFd pidfd_owner(pidfd);
   bool reaped = false;
-  // Whatever happens from here, the sandbox dies and is reaped before we return.
+  Clock::time_point t_maps{};
+  // Whatever happens from here, the sandbox dies (and, ours, is reaped)
+  // before we return.
   Cleanup reap([&] {
-    if (!reaped) {
+    if (pid > 0 && !reaped) {
       sys::PidfdSendSignal(pidfd, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
+      if (options.adopt == nullptr) ::waitpid(pid, nullptr, 0);
     }
   });
-  sync_child.Reset();
-  rt_child.Reset();
-  out_w.Reset();
-  err_w.Reset();
-  const auto t_cloned = Clock::now();
-  r.phases.clone_ms = Ms(t_cgroup, t_cloned);
+  if (options.adopt == nullptr) {
+    // v1: begin the slow first cgroup attach now, so its RCU grace period
+    // overlaps planning, clone and the child's setup (host.h).
+    warm_up = !options.warm_up_started && host.cgroups &&
+                        host.cgroups->mode() == isolation::CgroupMode::kV1 &&
+                        policy.cgroup() == policy::Requirement::kRequired
+                    ? StartCgroupWarmUp(host)
+                    : 0;
 
-  KILN_TRY(isolation::WriteIdMapsFromParent(pid, slot));
-  {
-    SyncMessage go{};
-    go.tag = SyncTag::kMapsWritten;
-    if (::send(sync_parent.get(), &go, sizeof go, MSG_NOSIGNAL) != sizeof go) {
-      return ErrnoError("send to the sandbox's setup channel", errno, SetupStep::kUserMaps);
+    // --- Plan: everything the child needs, before clone (P4).
+    isolation::MountLayout layout;
+    layout.inside_uid = isolation::kInsideUid;
+    layout.inside_gid = isolation::kInsideGid;
+    layout.workspace_bytes = limits.workspace_bytes;
+    layout.tmp_bytes = limits.tmp_bytes;
+    layout.shm_bytes = limits.shm_bytes;
+    uint64_t input_total = 0;
+    for (const auto& f : policy.input_files()) {
+      if (f.content) {
+        // Given by content (API requests): the child copies from a memfd.
+        UniqueFd fd(::memfd_create("kiln-input", MFD_CLOEXEC));
+        if (!fd) return ErrnoError("memfd_create");
+        if (sys::WriteAll(fd.get(), f.content->data(), f.content->size()) != 0) {
+          return ErrnoError("write input file " + f.name);
+        }
+        input_total += f.content->size();
+        layout.workspace_files.push_back({fd.get(), f.name});
+        keep_fds.push_back(std::move(fd));
+        continue;
+      }
+      UniqueFd fd(::open(f.host_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
+      if (!fd) return ErrnoError("file: cannot open '" + f.host_path + "'");
+      struct stat st {};
+      if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+        return InvalidArgument("file: '" + f.host_path + "' is not a regular file");
+      }
+      input_total += static_cast<uint64_t>(st.st_size);
+      layout.workspace_files.push_back({fd.get(), f.name});
+      keep_fds.push_back(std::move(fd));
     }
-  }
-  const auto t_maps = Clock::now();
-  r.phases.maps_ms = Ms(t_cloned, t_maps);
-  if (create_after_clone) {
-    const auto t0 = Clock::now();
-    KILN_TRY(create_cgroup());
-    r.phases.cgroup_ms = Ms(t0, Clock::now());
+    if (input_total > limits.workspace_bytes) {
+      return InvalidArgument("file: the input files (" + FormatSize(input_total) +
+                             ") do not fit the workspace (--disk " +
+                             FormatSize(limits.workspace_bytes) + ")");
+    }
+    {
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(fs::path(host.cache_dir) / "matplotlib", ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.rfind("fontlist-", 0) != 0 || e.path().extension() != ".json") continue;
+        UniqueFd fd(::open(e.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+        if (!fd) continue;
+        layout.mpl_cache_files.push_back({fd.get(), name});
+        keep_fds.push_back(std::move(fd));
+      }
+    }
+    // The runtime directory is detached by open_tree in the child before the
+    // staging root covers /tmp, so it may live anywhere (mount_ns.h).
+    layout.runtime_dir = host.runtime_dir;
+    layout.extra_ro_paths = policy.extra_ro_mounts();
+    KILN_ASSIGN_OR_RETURN(mounts, isolation::BuildMountPlan(layout));
+
+    KILN_ASSIGN_OR_RETURN(slot, isolation::UidSlot::Acquire(host.slot_lock_dir));
+
+    CStringArray argv;
+    argv.Add(policy.interpreter());
+    argv.Add("-I");  // isolated: no PYTHON* variables, no user site, no cwd on sys.path
+    // No site: half of the interpreter's start (.pth files run code, and some
+    // are host-specific); the launcher sets Debian's dist-packages path itself.
+    argv.Add("-S");
+    argv.Add("-B");  // the tree is read-only; never try to write .pyc files
+    argv.Add(std::string(isolation::kRuntimeMountPath) + "/kiln_runtime/launch.py");
+    if (!policy.preload().empty()) {
+      std::string list;
+      for (const auto& m : policy.preload()) list += (list.empty() ? "" : ",") + m;
+      argv.Add("--preload");
+      argv.Add(list);
+    }
+    CStringArray envp;
+    for (auto& e : SandboxEnvironment(limits.cpus, program.env)) envp.Add(std::move(e));
+
+    int sp[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) return ErrnoError("socketpair");
+    sync_parent.Reset(sp[0]);
+    UniqueFd sync_child(sp[1]);
+    const int one = 1;
+    if (::setsockopt(sync_parent.get(), SOL_SOCKET, SO_PASSCRED, &one, sizeof one) != 0) {
+      return ErrnoError("setsockopt SO_PASSCRED");
+    }
+    // The runtime channel (docs/protocol.md section 2): fd 3 of the worker.
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) return ErrnoError("socketpair");
+    rt_parent.Reset(sp[0]);
+    UniqueFd rt_child(sp[1]);
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) return ErrnoError("pipe2");
+    out_r.Reset(p[0]);
+    UniqueFd out_w(p[1]);
+    if (::pipe2(p, O_CLOEXEC) != 0) return ErrnoError("pipe2");
+    err_r.Reset(p[0]);
+    UniqueFd err_w(p[1]);
+    KILN_TRY(SetNonBlocking(rt_parent.get()));
+    KILN_TRY(SetNonBlocking(out_r.get()));
+    KILN_TRY(SetNonBlocking(err_r.get()));
+
+    child::ChildPlan plan;
+    plan.sync_fd = sync_child.get();
+    plan.code_fd = rt_child.get();
+    plan.stdout_fd = out_w.get();
+    plan.stderr_fd = err_w.get();
+    plan.drop_groups = slot->privileged();
+    plan.mount_ops = mounts.ops().data();
+    plan.mount_count = mounts.ops().size();
+    plan.new_root = mounts.new_root();
+    plan.hostname = policy.hostname().c_str();
+    plan.last_cap = host.last_cap;
+    if (host.landlock) plan.landlock = *host.landlock;
+    plan.seccomp = host.seccomp.data();
+    plan.seccomp_length = host.seccomp.size();
+    plan.exec_path = policy.interpreter().c_str();
+    plan.argv = argv.Finish();
+    plan.envp = envp.Finish();
+    plan.cwd = isolation::kWorkspacePath;
+    const auto t_planned = Clock::now();
+    r.phases.plan_ms = Ms(t_start, t_planned);
+
+    // --- cgroup. v2: before clone, which starts the child inside it. v1 (when
+    // required): after clone, while the child builds its root; the worker is
+    // attached later (ADR 0004). Best effort: a cgroup we may not create means
+    // the rlimit fallback, said out loud.
+    const bool required = policy.cgroup() == policy::Requirement::kRequired;
+    const bool create_after_clone =
+        have_cgroup && required && host.cgroups->mode() == isolation::CgroupMode::kV1;
+    bool use_cgroup = have_cgroup;
+    auto create_cgroup = [&]() -> Status {
+      KILN_ASSIGN_OR_RETURN(cgroup, host.cgroups->Create(
+                                        UniqueCgroupName(),
+                                        {limits.memory_bytes, limits.pids, limits.cpus}));
+      return OkStatus();
+    };
+    if (have_cgroup && !create_after_clone) {
+      Status created = create_cgroup();
+      if (!created.ok()) {
+        if (required) return std::move(created).error();
+        use_cgroup = false;
+        KILN_LOG_WARN("cannot create a cgroup here ({}); using rlimits (RLIMIT_DATA, RLIMIT_NPROC)",
+                      created.error().ToString());
+      }
+    } else if (!have_cgroup) {
+      KILN_LOG_WARN("no cgroup limits on this host ({}); using rlimits (RLIMIT_DATA, RLIMIT_NPROC)",
+                    host.cgroups ? host.cgroups->reason() : "not detected");
+    }
+    r.limits_backend = use_cgroup ? std::string("cgroup ") +
+                                        std::string(isolation::ToString(host.cgroups->mode()))
+                                  : "rlimits";
+    plan.rlimits = isolation::BuildRlimitPlan({limits.open_files, limits.workspace_bytes,
+                                               limits.cpu_time_s, !use_cgroup, limits.memory_bytes,
+                                               limits.pids});
+    const auto t_cgroup = Clock::now();
+    r.phases.cgroup_ms = Ms(t_planned, t_cgroup);
+
+    // --- clone3 into every namespace at once.
+    clone_args args{};
+    args.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
+                 CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD;
+    args.pidfd = sys::PointerToU64(&pidfd);
+    args.exit_signal = SIGCHLD;
+    if (cgroup && cgroup->clone_into_fd() >= 0) {
+      args.flags |= CLONE_INTO_CGROUP;
+      args.cgroup = static_cast<uint64_t>(cgroup->clone_into_fd());
+    }
+    pid = sys::Clone3(&args);
+    if (pid == 0) child::RunChild(plan);  // never returns
+    if (pid < 0) {
+      const int e = errno;
+      std::string hint;
+      if (e == EPERM || e == ENOSPC || e == EUSERS) {
+        hint = " (user namespaces may be disabled or exhausted: see `kiln doctor`)";
+      }
+      return ErrnoError("clone3 into new namespaces" + hint, e, SetupStep::kClone);
+    }
+    pidfd_owner.Reset(pidfd);
+    sync_child.Reset();
+    rt_child.Reset();
+    out_w.Reset();
+    err_w.Reset();
+    const auto t_cloned = Clock::now();
+    r.phases.clone_ms = Ms(t_cgroup, t_cloned);
+
+    KILN_TRY(isolation::WriteIdMapsFromParent(pid, *slot));
+    {
+      SyncMessage go{};
+      go.tag = SyncTag::kMapsWritten;
+      if (::send(sync_parent.get(), &go, sizeof go, MSG_NOSIGNAL) != sizeof go) {
+        return ErrnoError("send to the sandbox's setup channel", errno, SetupStep::kUserMaps);
+      }
+    }
+    t_maps = Clock::now();
+    r.phases.maps_ms = Ms(t_cloned, t_maps);
+    if (create_after_clone) {
+      const auto t0 = Clock::now();
+      KILN_TRY(create_cgroup());
+      r.phases.cgroup_ms = Ms(t0, Clock::now());
+    }
+  } else {
+    KILN_TRY(PrepareAdopted(*options.adopt, host, policy, program, &r));
+    AdoptedSandbox& a = *options.adopt;
+    sync_parent = std::move(a.sync);
+    rt_parent = std::move(a.runtime);
+    out_r = std::move(a.out);
+    err_r = std::move(a.err);
+    adopted_workspace = std::move(a.workspace);
+    pidfd_owner = std::move(a.init_pidfd);
+    pidfd = pidfd_owner.get();
+    pid = a.init_pid;
+    cgroup = std::move(a.cgroup);
+    t_maps = Clock::now();
+    r.phases.plan_ms = Ms(t_start, t_maps);
   }
 
   // --- Event loop: setup records, capture, program delivery, limits.
   ipc::FrameReader frames;
   std::string to_runtime;  // encoded frames not yet written
-  bool hello = false, attached = false, program_sent = false, shutdown_sent = false;
+  bool hello = false, attached = options.adopt != nullptr, program_sent = false,
+       shutdown_sent = false;
   CellOutputs cell(1, policy.display_limits(), kCellFrameBudget);
   std::optional<std::string> protocol_error;
   uint64_t syncs = 0;
   bool sync_open = true, out_open = true, err_open = true, rt_open = true, init_exited = false;
-  UniqueFd workspace_fd;
+  UniqueFd workspace_fd = std::move(adopted_workspace);
   std::optional<int> worker_status;
   std::optional<SyncMessage> failure;
   std::string failure_text;
@@ -694,6 +679,8 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
             kill_sandbox(std::nullopt);
             break;
           case SyncTag::kMapsWritten:
+          case SyncTag::kAttachMe:
+          case SyncTag::kAttached:
           default:
             failure_text = "the sandbox sent an unexpected setup record";
             if (!failure) failure = SyncMessage{SyncTag::kFailure, 0, 0, EPROTO, -1, 0};
@@ -740,7 +727,9 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
   // --- Teardown. pid 1's exit took the whole pid namespace with it.
   int init_status = 0;
   rusage ru{};
-  if (::wait4(pid, &init_status, 0, &ru) == pid) reaped = true;
+  // (An adopted sandbox's pid 1 is not our child: no rusage; the cgroup's
+  // accounting below is what counts.)
+  if (options.adopt == nullptr && ::wait4(pid, &init_status, 0, &ru) == pid) reaped = true;
   // Late records (the worker's status can race pid 1's exit) and the rest of
   // the output: every writer is dead, so these reach EOF quickly.
   const auto drain_deadline = Clock::now() + kDrainTimeout;

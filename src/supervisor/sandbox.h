@@ -6,11 +6,13 @@
 // runs each step, is docs/setup-sequence.md.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "base/result.h"
+#include "base/unique_fd.h"
 #include "policy/policy.h"
 #include "supervisor/execution_result.h"
 #include "supervisor/host.h"
@@ -25,6 +27,20 @@ struct Program {
   std::vector<std::pair<std::string, std::string>> env;
 };
 
+// A sandbox set up elsewhere (the warm pool, src/zygote): every layer in
+// place, its worker in its cgroup and its runtime's hello sent. RunSandboxed
+// drives it from there as it drives one it cloned itself (`adopt`).
+struct AdoptedSandbox {
+  UniqueFd init_pidfd;  // its pid 1 (not our child)
+  pid_t init_pid = 0;   // host pid of its pid 1
+  uid_t host_uid = 0;   // owns the files put into its workspace
+  UniqueFd sync;        // setup channel: X and F records from here on
+  UniqueFd runtime;     // the runtime channel (non-blocking)
+  UniqueFd out, err;    // capture pipes, read ends (non-blocking)
+  UniqueFd workspace;   // O_PATH fd of its /workspace
+  std::unique_ptr<isolation::Cgroup> cgroup;
+};
+
 struct RunOptions {
   std::optional<std::string> collect_dir;  // --collect
   // Only these top-level workspace entries are collected (empty: all).
@@ -37,6 +53,10 @@ struct RunOptions {
   int cancel_fd = -1;
   // The caller already started the cgroup v1 attach warm-up (host.h).
   bool warm_up_started = false;
+  // Drive this pooled sandbox instead of launching one (consumed). Its
+  // limits and environment are its zygote's: the policy's must match them
+  // (the caller checks; program.env must be empty).
+  AdoptedSandbox* adopt = nullptr;
 };
 
 // Errors (the call failed, nothing ran): kFailedPrecondition when the host

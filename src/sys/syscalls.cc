@@ -81,6 +81,20 @@ int CapsetClearAll() {
   return static_cast<int>(syscall(SYS_capset, &header, data));
 }
 
+int Capset(uint64_t effective, uint64_t permitted, uint64_t inheritable) {
+  __user_cap_header_struct header{};
+  header.version = _LINUX_CAPABILITY_VERSION_3;
+  header.pid = 0;
+  __user_cap_data_struct data[2] = {};
+  data[0].effective = static_cast<uint32_t>(effective);
+  data[1].effective = static_cast<uint32_t>(effective >> 32);
+  data[0].permitted = static_cast<uint32_t>(permitted);
+  data[1].permitted = static_cast<uint32_t>(permitted >> 32);
+  data[0].inheritable = static_cast<uint32_t>(inheritable);
+  data[1].inheritable = static_cast<uint32_t>(inheritable >> 32);
+  return static_cast<int>(syscall(SYS_capset, &header, data));
+}
+
 int WriteAll(int fd, const void* buf, size_t len) {
   const char* p = static_cast<const char*>(buf);
   while (len > 0) {

@@ -50,6 +50,8 @@ int SeccompSetModeFilter(unsigned flags, const sock_fprog* prog);
 
 // capset(2) with every set empty (version 3 header, both 32-bit words).
 int CapsetClearAll();
+// capset(2) of the calling thread with these 64-bit sets.
+int Capset(uint64_t effective, uint64_t permitted, uint64_t inheritable);
 
 // Write all of `len` bytes, retrying on EINTR and short writes. 0 or -1/errno.
 int WriteAll(int fd, const void* buf, size_t len);

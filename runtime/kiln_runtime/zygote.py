@@ -1,0 +1,194 @@
+"""A zygote: the fork server of one profile's warm pool (docs/adr/0009-zygote.md).
+
+The pool starts ``/usr/bin/python3 -I -S -B /opt/kiln/runtime/kiln_runtime/zygote.py
+[--preload m1,m2]`` inside the profile's base jail (the cold path's mounts,
+namespaces and root, with CAP_SETUID/CAP_SETGID of its own user namespace and
+nothing else), with its control socket (SOCK_SEQPACKET) on fd 3.  It:
+
+1. receives ``libkiln_zygote.so`` as an fd and loads it with ctypes;
+2. lets the library read its configuration (sizes, rlimits, Landlock rights,
+   the compiled seccomp filter);
+3. imports the runtime and the preload list (matplotlib on Agg, through the
+   runtime's backend), then ``gc.freeze()``: the children share those pages
+   copy-on-write, and their collections never touch (and so never copy) them;
+4. for each fork request, ``os.fork()``s; the child calls
+   ``kiln_zygote_child()``, which sets the sandbox up in C (its own
+   namespaces, mounts, uid, cgroup, no capabilities, Landlock, seccomp) and
+   returns only in the sandbox's worker, which reseeds every random generator
+   seeded at import and runs the runtime exactly as launch.py does: ``hello``
+   on fd 3, then cells (docs/protocol.md).
+
+The zygote holds no secret: it reads nothing but its own jail, and nothing
+reaches it but the pool's fixed-size records.  It never runs a program.
+"""
+
+import sys
+
+import posix
+
+CONTROL_FD = 3
+RUNTIME_FD = 3
+
+
+def _parse_args(args):
+    preload = []
+    i = 0
+    while i < len(args):
+        name, eq, value = args[i].partition("=")
+        if name != "--preload":
+            raise ValueError("unknown argument %r" % args[i])
+        if not eq:
+            if i + 1 >= len(args):
+                raise ValueError("--preload needs a value")
+            value = args[i + 1]
+            i += 1
+        preload.extend(m.strip() for m in value.split(",") if m.strip())
+        i += 1
+    return preload
+
+
+def _preload(names):
+    """Imports the runtime and ``names``; returns how many failed (named on stderr)."""
+    failures = 0
+    for name in names:
+        try:
+            __import__(name)
+        except Exception as exc:  # noqa: BLE001 - reported; the children retry and say so per cell
+            failures += 1
+            sys.stderr.write("kiln zygote: --preload %s failed: %s: %s\n"
+                             % (name, type(exc).__name__, exc))
+    # The runtime's own modules, so that a child imports nothing to say hello
+    # and run its first cell.
+    from kiln_runtime import display, policy, protocol, runner, tracebacks  # noqa: F401
+    protocol.load_codec()
+    if "matplotlib" in sys.modules:
+        # pyplot and the Agg canvas behind the runtime's backend (MPLBACKEND),
+        # which `import matplotlib.pyplot` in a cell would otherwise load.
+        try:
+            import matplotlib.pyplot  # noqa: F401
+            from kiln_runtime import mpl_backend  # noqa: F401
+        except Exception as exc:  # noqa: BLE001
+            failures += 1
+            sys.stderr.write("kiln zygote: matplotlib.pyplot: %s: %s\n" % (type(exc).__name__, exc))
+    return failures
+
+
+def _reseed():
+    """Every generator a sandbox could share with its siblings, seeded afresh.
+
+    All siblings are forks of one process: whatever was seeded at import is the
+    same in each.  ``random`` reseeds itself after os.fork() (its at-fork hook)
+    and again here; numpy's legacy global RandomState (np.random.rand, ...) is
+    reseeded from the OS; multiprocessing's authkey is made anew.  Generators
+    created later (numpy's default_rng(), secrets, uuid4, tempfile names) read
+    the OS's entropy themselves.  What cannot change after start-up: the str/bytes
+    hash seed (PYTHONHASHSEED), shared by a zygote's children (docs/threat-model.md).
+    """
+    import random
+
+    random.seed()
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        numpy_random.seed()
+    process = sys.modules.get("multiprocessing.process")
+    if process is not None:
+        try:
+            process.current_process().authkey = posix.urandom(32)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _run_child(preload):
+    """The sandbox's worker: reseed, then the runtime on fd 3 (as launch.py)."""
+    _reseed()
+    from kiln_runtime import protocol, runner
+
+    channel = protocol.Channel(RUNTIME_FD)
+    try:
+        channel.send_hello()
+    except (OSError, protocol.ChannelClosed):
+        posix._exit(125)
+    code = runner.serve(channel, "/workspace", preload)
+    # A normal exit would tear down every preloaded module, which writes to
+    # (and so copies) most of the zygote's pages: run what a program may rely
+    # on (atexit, non-daemon threads, flushed stdio) and leave.
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001 - a failing atexit handler is the program's
+        pass
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        try:
+            threading._shutdown()
+        except BaseException:  # noqa: BLE001
+            pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001
+            pass
+    posix._exit(code if isinstance(code, int) else 1)
+
+
+def main(argv):
+    # -I adds neither the script's directory nor the cwd: the package root first.
+    root = __file__.rsplit("/", 2)[0]
+    if root in sys.path:
+        sys.path.remove(root)
+    sys.path.insert(0, root)
+    from kiln_runtime import launch
+    try:
+        preload = _parse_args(argv[1:])
+    except ValueError as exc:
+        sys.stderr.write("kiln zygote: %s\n" % exc)
+        return 2
+
+    import ctypes
+    import gc
+    import signal
+    import socket
+
+    control = socket.socket(fileno=CONTROL_FD)
+    _, fds, _, _ = socket.recv_fds(control, 16, 1)
+    if len(fds) != 1:
+        sys.stderr.write("kiln zygote: no library fd\n")
+        return 2
+    lib = ctypes.CDLL("/proc/self/fd/%d" % fds[0])
+    posix.close(fds[0])
+    rc = lib.kiln_zygote_init(CONTROL_FD)
+    if rc != 0:
+        sys.stderr.write("kiln zygote: init: %s\n" % posix.strerror(-rc))
+        return 2
+
+    if sys.flags.no_site:
+        launch._site()
+    failures = _preload(preload)
+    # Forks are reaped by the kernel: a child's first process exits as soon as
+    # the sandbox's pid 1 exists, and nothing here waits for it.
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    gc.collect()
+    gc.freeze()
+    if lib.kiln_zygote_ready(CONTROL_FD, failures) != 0:
+        return 2
+    while True:
+        got = lib.kiln_zygote_recv(CONTROL_FD)
+        if got == 0:
+            return 0  # the pool is gone
+        if got < 0:
+            sys.stderr.write("kiln zygote: fork request: %s\n" % posix.strerror(-got))
+            return 2
+        pid = posix.fork()
+        if pid == 0:
+            # The library closes every fd but the sandbox's four: forget the
+            # control socket's object first, so it never closes a number that
+            # is the runtime channel by then.
+            control.detach()
+            lib.kiln_zygote_child()  # returns only in the sandbox's worker
+            _run_child(preload)
+        lib.kiln_zygote_parent_close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))

@@ -1,0 +1,119 @@
+// Restricted dialect (P4): see child_steps.h.
+#include "child/child_steps.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+
+#include "child/child_plan.h"
+#include "isolation/mount_ns.h"
+#include "sys/syscalls.h"
+
+namespace kiln::child {
+namespace {
+
+int g_sync_fd = -1;
+
+}  // namespace
+
+void SetSyncFd(int fd) { g_sync_fd = fd; }
+int SyncFd() { return g_sync_fd; }
+
+void Send(const SyncMessage& m) {
+  while (::send(g_sync_fd, &m, sizeof m, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+  }
+}
+
+void Fail(SetupStep step, int err, int detail) {
+  SyncMessage m{};
+  m.tag = SyncTag::kFailure;
+  m.step = static_cast<uint8_t>(step);
+  m.err = err;
+  m.detail = detail;
+  Send(m);
+  ::_exit(127);
+}
+
+void ResetSignals() {
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    ::sigaction(sig, &dfl, nullptr);  // EINVAL for the few that cannot change: fine
+  }
+}
+
+int WaitForRecord(SyncTag tag) {
+  SyncMessage m{};
+  ssize_t n;
+  do {
+    n = ::recv(g_sync_fd, &m, sizeof m, 0);
+  } while (n < 0 && errno == EINTR);
+  if (n != static_cast<ssize_t>(sizeof m) || m.tag != tag) {
+    errno = n == 0 ? EPIPE : EPROTO;
+    return -1;
+  }
+  return 0;
+}
+
+int SendWorkspaceFd() {
+  int fd = ::open(isolation::kWorkspacePath, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  SyncMessage m{};
+  m.tag = SyncTag::kWorkspaceFd;
+  iovec iov{&m, sizeof m};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  __builtin_memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  ssize_t n;
+  do {
+    n = ::sendmsg(g_sync_fd, &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  int e = errno;
+  ::close(fd);
+  errno = e;
+  return n == static_cast<ssize_t>(sizeof m) ? 0 : -1;
+}
+
+int ArrangeFds(int code_fd, int sync_fd, int stdout_fd, int stderr_fd) {
+  const int sources[4] = {code_fd, sync_fd, stdout_fd, stderr_fd};
+  const int targets[4] = {kCodeFd, kSyncFd, kStdoutFd, kStderrFd};
+  int high[4];
+  for (int i = 0; i < 4; ++i) {
+    high[i] = ::fcntl(sources[i], F_DUPFD_CLOEXEC, 64);
+    if (high[i] < 0) return -1;
+  }
+  for (int i = 0; i < 4; ++i) {
+    if (::dup3(high[i], targets[i], O_CLOEXEC) < 0) return -1;
+  }
+  g_sync_fd = kSyncFd;
+  if (sys::CloseRange(kStderrFd + 1, UINT_MAX, 0) != 0) return -1;
+  int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null_fd < 0) return -1;
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::dup2(null_fd, fd) < 0) return -1;
+  }
+  return null_fd > 2 ? ::close(null_fd) : 0;
+}
+
+int WorkerStdio() {
+  if (::dup2(kStdoutFd, 1) < 0) return -1;
+  return ::dup2(kStderrFd, 2) < 0 ? -1 : 0;
+}
+
+}  // namespace kiln::child

@@ -1,0 +1,49 @@
+// Steps shared by the two children that set a sandbox up: RunChild (the cold
+// path's pid 1, child_main.cc) and RunZygoteChild (a pooled sandbox forked
+// from a zygote, zygote_child.cc). Restricted dialect (P4): no allocation, no
+// locks, no exceptions, no logger; async-signal-safe calls only.
+#pragma once
+
+#include "base/setup_step.h"
+#include "child/sync_message.h"
+
+namespace kiln::child {
+
+// The setup channel that Send and Fail write to. Set it first thing; the fd
+// arrangement moves it to kSyncFd (ArrangeFds does this itself).
+void SetSyncFd(int fd);
+int SyncFd();
+
+// One record on the setup channel (MSG_NOSIGNAL: a dead peer must not kill us
+// with SIGPIPE; we notice it otherwise). With SO_PASSCRED on the receiving end
+// the kernel attaches our pid, uid and gid as the receiver sees them.
+void Send(const SyncMessage& m);
+// SyncMessage{kFailure, step, err, detail}, then _exit(127).
+[[noreturn]] void Fail(SetupStep step, int err, int detail = -1);
+
+#define KILN_CHILD_STEP(step, expr)                              \
+  do {                                                           \
+    if ((expr) != 0) ::kiln::child::Fail(step, errno);           \
+  } while (0)
+
+// Unblocks every signal and resets every disposition to the default: the
+// caller (supervisor, spawner, zygote) may ignore or block signals for its
+// own reasons, and the program must start with neither.
+void ResetSignals();
+
+// Blocks until one record with `tag` arrives on the setup channel. -1 with
+// errno EPIPE at EOF (the peer died), EPROTO for anything else.
+int WaitForRecord(SyncTag tag);
+
+// Sends an O_PATH fd of /workspace to the supervisor (kWorkspaceFd record).
+int SendWorkspaceFd();
+
+// Moves the four fds the sandbox keeps to kCodeFd, kSyncFd, kStdoutFd and
+// kStderrFd (through a high range first, so no dup3 clobbers another
+// source), points 0, 1 and 2 at /dev/null and closes every other fd.
+int ArrangeFds(int code_fd, int sync_fd, int stdout_fd, int stderr_fd);
+
+// The worker's stdio: the capture pipes onto 1 and 2.
+int WorkerStdio();
+
+}  // namespace kiln::child

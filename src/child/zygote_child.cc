@@ -1,0 +1,237 @@
+// Restricted dialect (P4): see zygote_child.h. No allocation, no locks, no
+// exceptions, no logger; a failing step sends one SyncMessage and _exits.
+#include "child/zygote_child.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+
+#include "child/child_plan.h"
+#include "child/child_steps.h"
+#include "child/sync_message.h"
+#include "isolation/caps.h"
+#include "isolation/net_ns.h"
+#include "isolation/seccomp.h"
+#include "isolation/user_ns.h"
+#include "sys/syscalls.h"
+
+namespace kiln::child {
+namespace {
+
+// "INSIDE OUTSIDE 1\n" without snprintf (not async-signal-safe).
+size_t FormatMapLine(char* out, size_t cap, unsigned inside, unsigned outside) {
+  size_t n = 0;
+  auto put_number = [&](unsigned v) {
+    char digits[12];
+    size_t d = 0;
+    do {
+      digits[d++] = static_cast<char>('0' + v % 10);
+      v /= 10;
+    } while (v != 0 && d < sizeof digits);
+    while (d > 0 && n < cap) out[n++] = digits[--d];
+  };
+  put_number(inside);
+  if (n < cap) out[n++] = ' ';
+  put_number(outside);
+  for (const char* s = " 1\n"; *s != '\0' && n < cap; ++s) out[n++] = *s;
+  return n;
+}
+
+int WriteSelfFile(const char* path, const char* data, size_t len) {
+  int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  const ssize_t w = ::write(fd, data, len);
+  const int e = errno;
+  ::close(fd);
+  errno = e;
+  return w == static_cast<ssize_t>(len) ? 0 : -1;
+}
+
+// Our own user namespace, owned by our uid: the kernel lets its owner map
+// exactly its own uid and gid (user_namespaces(7)), so no privileged helper
+// has to write the maps. Inside, we are kInsideUid/kInsideGid, like a cold
+// sandbox; outside, the uid the zygote gave us.
+int EnterOwnUserNamespace(const ZygoteChildPlan& plan) {
+  if (::unshare(CLONE_NEWUSER) != 0) return -1;
+  char line[40];
+  size_t n = FormatMapLine(line, sizeof line, isolation::kInsideUid, plan.uid);
+  if (WriteSelfFile("/proc/self/uid_map", line, n) != 0) return -1;
+  // The owner may map its gid only once setgroups(2) is denied in it.
+  if (WriteSelfFile("/proc/self/setgroups", "deny", 4) != 0) return -1;
+  n = FormatMapLine(line, sizeof line, isolation::kInsideGid, plan.gid);
+  return WriteSelfFile("/proc/self/gid_map", line, n);
+}
+
+// Returns into the zygote's interpreter, as the worker.
+void RunWorker(const ZygoteChildPlan& plan, int sigchld_fd) {
+  ::close(sigchld_fd);
+  // pid 1 blocked SIGCHLD for its signalfd; the program starts with no mask.
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  // The worker is the program: dumpable like a cold sandbox's worker after
+  // its execve (its own children may read its /proc entries). Its memory is a
+  // copy of the zygote's, which holds no secret.
+  KILN_CHILD_STEP(SetupStep::kForkWorker, ::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0));
+  // Every layer is in place: the pool reads our pid (SCM_CREDENTIALS) and
+  // checks from outside that it holds (/proc/PID/status, cgroup, ns).
+  SyncMessage m{};
+  m.tag = SyncTag::kWorkerStarted;
+  Send(m);
+  KILN_CHILD_STEP(SetupStep::kStdio, WorkerStdio());
+  // No execve follows, so close-on-exec closes nothing: the setup channel and
+  // the pipes' spare copies go now. fd 3 (the runtime channel) stays.
+  KILN_CHILD_STEP(SetupStep::kCloseFds, sys::CloseRange(kSyncFd, UINT_MAX, 0));
+  KILN_CHILD_STEP(SetupStep::kExec, ::chdir(plan.cwd));
+}
+
+// pid 1 of the sandbox: reaps every orphan, reports the worker's wait status
+// and exits, which makes the kernel SIGKILL everything left in the namespace.
+// Unlike a cold sandbox's pid 1 (whose parent is its supervisor) our parent
+// is the zygote's pid 1, so a dead supervisor is noticed by its end of the
+// setup channel hanging up: then we exit, and the namespace dies with us.
+[[noreturn]] void RunInit(pid_t worker, int sigchld_fd) {
+  ::close(kCodeFd);
+  ::close(kStdoutFd);
+  ::close(kStderrFd);
+  for (;;) {
+    pollfd fds[2] = {{sigchld_fd, POLLIN, 0}, {kSyncFd, POLLRDHUP, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      ::_exit(126);
+    }
+    if ((fds[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) ::_exit(0);
+    if ((fds[0].revents & POLLIN) == 0) continue;
+    signalfd_siginfo info;
+    while (::read(sigchld_fd, &info, sizeof info) > 0) {
+    }
+    for (;;) {
+      int status = 0;
+      const pid_t pid = ::waitpid(-1, &status, __WALL | WNOHANG);
+      if (pid <= 0) break;
+      if (pid == worker) {
+        SyncMessage m{};
+        m.tag = SyncTag::kWorkerExited;
+        m.status = status;
+        Send(m);
+        ::_exit(0);
+      }
+    }
+  }
+}
+
+// pid 1 of the sandbox's pid namespace, in its own user, mount, net, ipc and
+// uts namespaces, still with every capability of its user namespace. Returns
+// only in the worker it forks; pid 1 itself never returns.
+void RunSandboxInit(const ZygoteChildPlan& plan) {
+  // Our memory is a copy of the zygote's (which holds no secret); like a
+  // cold sandbox's pid 1, nothing in the sandbox may read it, and
+  // hidepid=ptraceable hides us from the program.
+  KILN_CHILD_STEP(SetupStep::kDeathSignal, ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0));
+  // 5. Ask the pool to put us into our cgroup now: on cgroup v1 the move may
+  //    wait for an RCU grace period, which overlaps the mounts below.
+  {
+    SyncMessage m{};
+    m.tag = SyncTag::kAttachMe;
+    Send(m);
+  }
+  // 6. Our own /proc (masked), /dev/shm, /tmp, /workspace and the font cache,
+  //    over the zygote's (docs/threat-model.md: what lies beneath).
+  size_t failed = 0;
+  if (isolation::ApplyMountOpsInChild(plan.mount_ops, plan.mount_count, &failed) != 0) {
+    const SetupStep step =
+        failed < plan.mount_count ? plan.mount_ops[failed].step : SetupStep::kMountPrivate;
+    Fail(step, errno, failed < plan.mount_count ? static_cast<int>(failed) : -1);
+  }
+  // 7. Own hostname, and a loopback that leads nowhere.
+  KILN_CHILD_STEP(SetupStep::kHostname, isolation::SetHostnameInChild(plan.hostname));
+  KILN_CHILD_STEP(SetupStep::kLoopback, isolation::BringUpLoopbackInChild());
+  // 8. The supervisor's handle on the workspace (files in and out).
+  KILN_CHILD_STEP(SetupStep::kWorkspaceFd, SendWorkspaceFd());
+  // 9. No line of the program may run outside the cgroup: wait until the pool
+  //    has moved us (the worker, forked below, inherits it). EOF: the pool
+  //    gave up on us.
+  KILN_CHILD_STEP(SetupStep::kWaitAttach, WaitForRecord(SyncTag::kAttached));
+  // 10. A cgroup namespace rooted at our own cgroup: /proc/self/cgroup shows
+  //     "/", not the host's hierarchy.
+  KILN_CHILD_STEP(SetupStep::kChildNamespaces, ::unshare(CLONE_NEWCGROUP));
+  // 11. Keep only the four fds of the sandbox.
+  KILN_CHILD_STEP(SetupStep::kCloseFds,
+                  ArrangeFds(plan.code_fd, plan.sync_fd, plan.stdout_fd, plan.stderr_fd));
+  // 12-16. As a cold sandbox: no capability, rlimits, no_new_privs, Landlock
+  //     (its own domain: signals and abstract sockets scoped to this
+  //     sandbox, not its siblings), seccomp last.
+  KILN_CHILD_STEP(SetupStep::kDropCaps, isolation::DropAllCapabilitiesInChild(plan.last_cap));
+  int failed_rlimit = -1;
+  if (isolation::ApplyRlimitsInChild(plan.rlimits, &failed_rlimit) != 0) {
+    Fail(SetupStep::kRlimits, errno, failed_rlimit);
+  }
+  KILN_CHILD_STEP(SetupStep::kNoNewPrivs, ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0));
+  if (plan.landlock.abi > 0) {
+    KILN_CHILD_STEP(SetupStep::kLandlock, isolation::ApplyLandlockInChild(plan.landlock));
+  }
+  KILN_CHILD_STEP(SetupStep::kSeccomp,
+                  isolation::ApplySeccompInChild(plan.seccomp, plan.seccomp_length));
+  // 17. The worker runs the program; we stay pid 1. SIGCHLD through a
+  //     signalfd, so that one poll(2) also watches the setup channel.
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  KILN_CHILD_STEP(SetupStep::kForkWorker, ::sigprocmask(SIG_BLOCK, &chld, nullptr));
+  const int sigchld_fd = ::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sigchld_fd < 0) Fail(SetupStep::kForkWorker, errno);
+  const pid_t worker = ::fork();
+  if (worker < 0) Fail(SetupStep::kForkWorker, errno);
+  if (worker == 0) {
+    RunWorker(plan, sigchld_fd);
+    return;  // into the zygote's interpreter, as the worker
+  }
+  RunInit(worker, sigchld_fd);
+}
+
+}  // namespace
+
+int RunZygoteChild(const ZygoteChildPlan& plan) {
+  SetSyncFd(plan.sync_fd);
+  // 0. The zygote ignores SIGCHLD (its forks are reaped by the kernel); the
+  //    program starts with default dispositions and no mask.
+  ResetSignals();
+  // 1. Our own uid in the zygote's user namespace: each sibling has its own,
+  //    mapped to its own host uid. The zygote keeps CAP_SETUID/CAP_SETGID for
+  //    this alone (its namespace's root is unmapped, so the kernel's setuid
+  //    fixup leaves them). A change of ids also makes us non-dumpable, which
+  //    would make /proc/self/uid_map root's: dumpable again for step 2.
+  KILN_CHILD_STEP(SetupStep::kSetIds, ::setresgid(plan.gid, plan.gid, plan.gid));
+  KILN_CHILD_STEP(SetupStep::kSetIds, ::setresuid(plan.uid, plan.uid, plan.uid));
+  KILN_CHILD_STEP(SetupStep::kSetIds, ::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0));
+  // 2. Our own user namespace, uid/gid 1000 inside, our uid outside; every
+  //    namespace below is owned by it, so the program's siblings and the
+  //    zygote are beyond any capability it could hold.
+  KILN_CHILD_STEP(SetupStep::kChildUserNs, EnterOwnUserNamespace(plan));
+  // 3. The sandbox's own mount, pid, net, ipc and uts namespaces (the cgroup
+  //    namespace waits for the cgroup: step 10).
+  KILN_CHILD_STEP(SetupStep::kChildNamespaces,
+                  ::unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
+                            CLONE_NEWUTS));
+  // 4. pid 1 of the new pid namespace; we are done. Our parent (the zygote)
+  //    does not wait for us: it ignores SIGCHLD. pid 1 is reparented to the
+  //    zygote's pid 1, which reaps it in the end.
+  const pid_t init = ::fork();
+  if (init < 0) Fail(SetupStep::kForkWorker, errno);
+  if (init == 0) {
+    RunSandboxInit(plan);
+    return 0;  // the worker
+  }
+  ::_exit(0);
+}
+
+}  // namespace kiln::child

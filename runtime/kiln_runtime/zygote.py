@@ -98,8 +98,33 @@ def _reseed():
             pass
 
 
+def _restore_signals():
+    """The signal state a fresh interpreter starts with.
+
+    The sandbox's setup (C, before any of this runs) reset every disposition to
+    the default, under Python's feet: Python itself ignores SIGPIPE and SIGXFSZ
+    (a write past RLIMIT_FSIZE is then EFBIG, not death) and turns SIGINT into
+    KeyboardInterrupt; the zygote ignored SIGCHLD.  Re-apply what the
+    interpreter's table says, with SIGCHLD back to the default.
+    """
+    import signal
+
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for sig in signal.valid_signals():
+        try:
+            handler = signal.getsignal(sig)
+        except (OSError, ValueError):
+            continue
+        if handler not in (None, signal.SIG_DFL):
+            try:
+                signal.signal(sig, handler)
+            except (OSError, ValueError):
+                pass
+
+
 def _run_child(preload):
-    """The sandbox's worker: reseed, then the runtime on fd 3 (as launch.py)."""
+    """The sandbox's worker: signals and seeds afresh, then the runtime on fd 3 (as launch.py)."""
+    _restore_signals()
     _reseed()
     from kiln_runtime import protocol, runner
 

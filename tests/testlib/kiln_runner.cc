@@ -205,6 +205,14 @@ std::string SourceDir() { return EnvOr("KILN_SOURCE_DIR", KILN_TEST_DEFAULT_SOUR
 ProcessResult RunKiln(const std::vector<std::string>& args, const ProcessOptions& options) {
   std::vector<std::string> argv{KilnBin()};
   argv.insert(argv.end(), args.begin(), args.end());
+  // The pool-path variants of a tier (tests/CMakeLists.txt) run every
+  // `kiln run` with extra flags, e.g. "--pool": a sandbox from a zygote.
+  if (!args.empty() && args[0] == "run") {
+    std::istringstream extra(EnvOr("KILN_TEST_RUN_ARGS", ""));
+    std::string a;
+    size_t at = 2;
+    while (extra >> a) argv.insert(argv.begin() + static_cast<std::ptrdiff_t>(at++), a);
+  }
   return RunProcess(argv, options);
 }
 

@@ -1,0 +1,287 @@
+// The warm pool (src/zygote) from the inside: two pooled siblings are
+// isolated from each other as two cold sandboxes are; the pool refills; a
+// killed zygote is replaced. Needs root and cgroups (the pool does); skipped
+// with the reason otherwise.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "cli/pool.h"
+#include "config/config.h"
+#include "supervisor/sandbox.h"
+#include "testlib/kiln_runner.h"
+#include "zygote/pool.h"
+
+namespace kiln::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+class PoolTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ::setenv("KILN_RUNTIME_DIR", (SourceDir() + "/runtime").c_str(), 0);
+    auto h = supervisor::LoadHostContext();
+    if (!h.ok()) {
+      skip_ = "no host context: " + h.error().ToString();
+      return;
+    }
+    host_ = new supervisor::HostContext(std::move(*h));
+    if (::geteuid() != 0) skip_ = "the pool needs root";
+    if (!host_->cgroups || host_->cgroups->mode() == isolation::CgroupMode::kNone) {
+      skip_ = "the pool needs cgroups";
+    }
+    if (skip_.empty()) (void)supervisor::EnsureFontCache(*host_);
+  }
+
+  void SetUp() override {
+    if (!skip_.empty()) GTEST_SKIP() << skip_;
+    auto b = config::PolicyFor(**config::BuiltinConfig().Find("default"), {});
+    ASSERT_TRUE(b.ok());
+    auto p = b->Build();
+    ASSERT_TRUE(p.ok());
+    policy_.emplace(std::move(*p));
+    zygote::PoolOptions po{zygote::ZygoteOptions(*policy_)};
+    po.zygote.profile = "test";
+    po.zygote.preload = {"numpy"};
+    po.min = 2;
+    po.max = 4;
+    auto pool = zygote::Pool::Create(*host_, po);
+    ASSERT_TRUE(pool.ok()) << pool.error().ToString();
+    pool_ = std::move(*pool);
+    pool_->set_fixed_target(2);
+    Status ready = pool_->WaitReady(2, 60s);
+    ASSERT_TRUE(ready.ok()) << ready.error().ToString();
+  }
+
+  zygote::PooledChild Take() {
+    auto c = pool_->Take(30s);
+    EXPECT_TRUE(c.ok()) << c.error().ToString();
+    return std::move(*c);
+  }
+
+  supervisor::ExecutionResult Run(zygote::PooledChild child, const std::string& code) {
+    supervisor::AdoptedSandbox a = cli::ToAdopted(std::move(child));
+    supervisor::RunOptions o;
+    o.adopt = &a;
+    auto r = supervisor::RunSandboxed(*host_, *policy_, {"<string>", code, {}}, o);
+    EXPECT_TRUE(r.ok()) << r.error().ToString();
+    return r.ok() ? std::move(*r) : supervisor::ExecutionResult{};
+  }
+
+  // Runs `code` in `child` in a forked process; Finish() returns its stdout.
+  struct Background {
+    pid_t pid = -1;
+    int out = -1;
+  };
+  Background RunInBackground(zygote::PooledChild child, const std::string& code) {
+    int p[2];
+    EXPECT_EQ(::pipe(p), 0);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(p[0]);
+      supervisor::ExecutionResult r = Run(std::move(child), code);
+      const std::string s = std::string(supervisor::ToString(r.outcome)) + "\n" + r.stdout_data;
+      (void)!::write(p[1], s.data(), s.size());
+      ::_exit(0);
+    }
+    ::close(p[1]);
+    // The child process owns the sandbox now: our copy of its cgroup object
+    // must not remove (and empty) the cgroup when it goes.
+    (void)child.cgroup.release();
+    return {pid, p[0]};
+  }
+  static std::string Finish(Background b) {
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(b.out, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+    ::close(b.out);
+    ::waitpid(b.pid, nullptr, 0);
+    return out;
+  }
+
+  static inline supervisor::HostContext* host_ = nullptr;
+  static inline std::string skip_;
+  std::optional<policy::SandboxPolicy> policy_;
+  std::unique_ptr<zygote::Pool> pool_;
+};
+
+std::string ReadProc(pid_t pid, const std::string& what) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/" + what);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string NsOf(pid_t pid, const char* ns) {
+  char buf[64] = {};
+  const std::string path = "/proc/" + std::to_string(pid) + "/ns/" + ns;
+  const ssize_t n = ::readlink(path.c_str(), buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+}
+
+TEST_F(PoolTest, SiblingsHaveTheirOwnNamespacesUidsAndCgroups) {
+  zygote::PooledChild a = Take();
+  zygote::PooledChild b = Take();
+  ASSERT_GT(a.worker_pid, 0);
+  ASSERT_GT(b.worker_pid, 0);
+  for (const char* ns : {"user", "mnt", "pid", "net", "ipc", "uts", "cgroup"}) {
+    EXPECT_NE(NsOf(a.worker_pid, ns), NsOf(b.worker_pid, ns)) << ns;
+    EXPECT_FALSE(NsOf(a.worker_pid, ns).empty()) << ns;
+  }
+  EXPECT_NE(a.host_uid, b.host_uid);
+  EXPECT_NE(a.cgroup_name, b.cgroup_name);
+  EXPECT_NE(ReadProc(a.worker_pid, "cgroup"), ReadProc(b.worker_pid, "cgroup"));
+  EXPECT_NE(ReadProc(a.worker_pid, "cgroup").find(a.cgroup_name), std::string::npos);
+  EXPECT_NE(ReadProc(b.worker_pid, "cgroup").find(b.cgroup_name), std::string::npos);
+  // Every layer, seen from outside (the pool checked it too).
+  const std::string st = ReadProc(a.worker_pid, "status");
+  EXPECT_NE(st.find("Seccomp:\t2"), std::string::npos) << st;
+  EXPECT_NE(st.find("NoNewPrivs:\t1"), std::string::npos) << st;
+  EXPECT_NE(st.find("CapEff:\t0000000000000000"), std::string::npos) << st;
+  EXPECT_NE(st.find("CapBnd:\t0000000000000000"), std::string::npos) << st;
+}
+
+TEST_F(PoolTest, SiblingsCannotSeeOrSignalEachOther) {
+  zygote::PooledChild a = Take();
+  zygote::PooledChild b = Take();
+  const pid_t b_worker = b.worker_pid, b_init = b.init_pid;
+  const uid_t b_uid = b.host_uid;
+  int b_pidfd = ::fcntl(b.init_pidfd.get(), F_DUPFD_CLOEXEC, 3);
+  // A, with B alive and waiting: sees only its own processes, cannot signal
+  // B's host pids (they do not exist in its pid namespace), cannot ptrace,
+  // and kill(-1) reaches only its own namespace.
+  const supervisor::ExecutionResult ra = Run(std::move(a), R"PY(
+import os, signal, ctypes
+print("pids", sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
+for pid in ()PY" + std::to_string(b_worker) + ", " + std::to_string(b_init) + R"PY():
+    try:
+        os.kill(pid, 0); print("signal ok")
+    except OSError as e: print("signal", e.errno)
+    print("proc", os.path.exists("/proc/%d" % pid))
+libc = ctypes.CDLL(None, use_errno=True)
+print("ptrace", libc.ptrace(16, )PY" + std::to_string(b_worker) + R"PY(, 0, 0), ctypes.get_errno())
+print("uid", os.getuid())
+try:
+    os.kill(-1, signal.SIGKILL)
+except OSError as e: print("kill -1", e.errno)
+)PY");
+  EXPECT_EQ(ra.outcome, supervisor::Outcome::kOk) << ra.reason << ra.stderr_data;
+  EXPECT_EQ(ra.stdout_data,
+            "pids [2]\nsignal 3\nproc False\nsignal 3\nproc False\nptrace -1 1\nuid 1000\n"
+            "kill -1 3\n")
+      << ra.stderr_data;
+  // B lived through it and runs normally, under its own uid.
+  pollfd pfd{b_pidfd, POLLIN, 0};
+  EXPECT_EQ(::poll(&pfd, 1, 0), 0) << "A's kill(-1) reached B";
+  ::close(b_pidfd);
+  const std::string status = ReadProc(b_worker, "status");
+  EXPECT_NE(status.find("Uid:\t" + std::to_string(b_uid)), std::string::npos) << status;
+  const supervisor::ExecutionResult rb = Run(std::move(b), "print('b alive')");
+  EXPECT_EQ(rb.stdout_data, "b alive\n");
+}
+
+TEST_F(PoolTest, SiblingsHaveSeparateTmpIpcAndAbstractSockets) {
+  zygote::PooledChild a = Take();
+  zygote::PooledChild b = Take();
+  // A runs while B looks: its /tmp file, its abstract socket and its SysV
+  // shared memory are invisible to B.
+  Background ba = RunInBackground(std::move(a), R"PY(
+import os, socket, time
+open("/tmp/from-a", "w").write("a")
+open("/workspace/from-a", "w").write("a")
+s = socket.socket(socket.AF_UNIX); s.bind("\0kiln-pool-test"); s.listen()
+open("/dev/shm/from-a", "w").write("a")
+time.sleep(3)
+print("a done", sorted(os.listdir("/tmp")))
+)PY");
+  ::usleep(1500 * 1000);
+  const supervisor::ExecutionResult rb = Run(std::move(b), R"PY(
+import os, socket
+print(sorted(os.listdir("/tmp")), os.listdir("/workspace"), os.listdir("/dev/shm"))
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect("\0kiln-pool-test"); print("connected")
+except OSError as e: print("connect", e.errno)
+)PY");
+  EXPECT_EQ(rb.outcome, supervisor::Outcome::kOk) << rb.stderr_data;
+  EXPECT_EQ(rb.stdout_data, "['matplotlib'] [] []\nconnect 111\n") << rb.stderr_data;
+  EXPECT_EQ(Finish(ba), "ok\na done ['from-a', 'matplotlib']\n");
+}
+
+TEST_F(PoolTest, RandomStreamsDiffer) {
+  const std::string code =
+      "import random, numpy\nprint(random.getrandbits(64), numpy.random.randint(1 << 62), "
+      "hash(1))\n";
+  const supervisor::ExecutionResult a = Run(Take(), code);
+  const supervisor::ExecutionResult b = Run(Take(), code);
+  ASSERT_EQ(a.outcome, supervisor::Outcome::kOk) << a.stderr_data;
+  ASSERT_EQ(b.outcome, supervisor::Outcome::kOk) << b.stderr_data;
+  EXPECT_NE(a.stdout_data, b.stdout_data);
+  std::istringstream sa(a.stdout_data), sb(b.stdout_data);
+  std::string ra, rb, na, nb;
+  sa >> ra >> na;
+  sb >> rb >> nb;
+  EXPECT_NE(ra, rb) << "random";
+  EXPECT_NE(na, nb) << "numpy.random";
+}
+
+TEST_F(PoolTest, RefillsAfterUse) {
+  const uint64_t made = pool_->stats().children_made;
+  (void)Run(Take(), "pass");
+  (void)Run(Take(), "pass");
+  Status ready = pool_->WaitReady(2, 30s);
+  ASSERT_TRUE(ready.ok()) << ready.error().ToString();
+  EXPECT_GE(pool_->stats().children_made, made + 2);
+  EXPECT_EQ(pool_->stats().child_failures, 0u);
+}
+
+TEST_F(PoolTest, KilledZygoteIsReplaced) {
+  const pid_t old = pool_->zygote()->zygote_pid();
+  ASSERT_GT(old, 0);
+  ASSERT_EQ(::kill(old, SIGKILL), 0);
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < deadline &&
+         (pool_->stats().zygote_starts < 2 || pool_->zygote() == nullptr ||
+          !pool_->zygote()->ready() || pool_->ready() < 1)) {
+    pool_->Step(50);
+  }
+  ASSERT_NE(pool_->zygote(), nullptr);
+  EXPECT_EQ(pool_->stats().zygote_starts, 2u);
+  EXPECT_NE(pool_->zygote()->zygote_pid(), old);
+  ASSERT_GE(pool_->ready(), 1u);
+  const supervisor::ExecutionResult r = Run(Take(), "print('new zygote')");
+  EXPECT_EQ(r.stdout_data, "new zygote\n");
+}
+
+TEST_F(PoolTest, AdoptedSandboxGetsInputFilesAsItsOwn) {
+  auto b = config::PolicyFor(**config::BuiltinConfig().Find("default"), {});
+  ASSERT_TRUE(b.ok());
+  b->AddFileContent("data/in.txt", "hello");
+  auto p = b->Build();
+  ASSERT_TRUE(p.ok());
+  supervisor::AdoptedSandbox a = cli::ToAdopted(Take());
+  supervisor::RunOptions o;
+  o.adopt = &a;
+  auto r = supervisor::RunSandboxed(
+      *host_, *p,
+      {"<string>", "import os\nprint(open('data/in.txt').read(), os.stat('data/in.txt').st_uid)\n"
+                   "open('data/in.txt', 'a').write('!')\n", {}},
+      o);
+  ASSERT_TRUE(r.ok()) << r.error().ToString();
+  EXPECT_EQ(r->stdout_data, "hello 1000\n") << r->stderr_data;
+}
+
+}  // namespace
+}  // namespace kiln::testing

@@ -164,6 +164,41 @@ def decode(payload):
     return obj
 
 
+# Interrupts (docs/protocol.md, "Interrupting a cell"): the supervisor sends
+# SIGINT to stop a running cell.  It becomes a KeyboardInterrupt in the cell's
+# code, never in the runtime's own frame I/O (a frame cut in half would end
+# the session) and never between cells.  [critical depth, pending, armed]
+_interrupt = [0, False, False]
+
+
+def on_sigint(signum, frame):
+    """The SIGINT handler the runner installs."""
+    if not _interrupt[2]:
+        return  # no cell's code runs: nothing to interrupt
+    if _interrupt[0]:
+        _interrupt[1] = True  # raised when the frame I/O is done
+        return
+    raise KeyboardInterrupt
+
+
+def arm_interrupt(armed):
+    """True while the cell's own code runs."""
+    _interrupt[2] = armed
+    if not armed:
+        _interrupt[1] = False
+
+
+def enter_critical():
+    _interrupt[0] += 1
+
+
+def leave_critical():
+    _interrupt[0] -= 1
+    if _interrupt[0] == 0 and _interrupt[1] and _interrupt[2]:
+        _interrupt[1] = False
+        raise KeyboardInterrupt
+
+
 class Channel:
     """Blocking frame I/O on one file descriptor (fd 3 in the sandbox)."""
 
@@ -182,11 +217,15 @@ class Channel:
             # channel belongs to the process the supervisor started.
             return
         header = len(payload).to_bytes(4, "big")
-        if len(payload) < 65536:
-            self._write_all(header + payload)  # one write for the common small frame
-        else:
-            self._write_all(header)
-            self._write_all(payload)
+        _interrupt[0] += 1
+        try:
+            if len(payload) < 65536:
+                self._write_all(header + payload)  # one write for the common small frame
+            else:
+                self._write_all(header)
+                self._write_all(payload)
+        finally:
+            leave_critical()
 
     def send(self, obj):
         self.send_payload(encode(obj))
@@ -211,14 +250,18 @@ class Channel:
 
     def recv(self):
         """The next frame as a dict, or None on a clean EOF (at a frame boundary)."""
-        header = self._read_exact(4, eof_ok=True)
-        if header is None:
-            return None
-        length = int.from_bytes(header, "big")
-        if length > MAX_INBOUND_BYTES:
-            raise ProtocolError("frame of %d bytes exceeds the %d-byte limit"
-                                % (length, MAX_INBOUND_BYTES))
-        return decode(self._read_exact(length, eof_ok=False))
+        _interrupt[0] += 1
+        try:
+            header = self._read_exact(4, eof_ok=True)
+            if header is None:
+                return None
+            length = int.from_bytes(header, "big")
+            if length > MAX_INBOUND_BYTES:
+                raise ProtocolError("frame of %d bytes exceeds the %d-byte limit"
+                                    % (length, MAX_INBOUND_BYTES))
+            return decode(self._read_exact(length, eof_ok=False))
+        finally:
+            leave_critical()
 
     def _read_exact(self, n, eof_ok):
         buf = bytearray(n)

@@ -85,8 +85,12 @@ class _OrderedFd(object):
             except Exception:  # noqa: BLE001 - a closed or replaced stream
                 pass
             with st["lock"]:
-                st["channel"].send({"type": "sync"})
-                reply = st["channel"].recv()
+                protocol.enter_critical()  # the round trip is one unit for interrupts
+                try:
+                    st["channel"].send({"type": "sync"})
+                    reply = st["channel"].recv()
+                finally:
+                    protocol.leave_critical()
             if not isinstance(reply, dict) or reply.get("type") != "synced":
                 _fatal("expected a synced frame, got %r" % (reply,))
         st["last"] = self.fd
@@ -517,12 +521,15 @@ class Session:
         ns = self.ns
         result = None
         try:
-            exec(body_code, ns)
-            if last_code is not None:
-                value = eval(last_code, ns)
-                if value is not None:
-                    result = display.build_bundle(value)
-                    ns["_"] = value
+            protocol.arm_interrupt(True)
+            try:
+                exec(body_code, ns)
+                value = eval(last_code, ns) if last_code is not None else None
+            finally:
+                protocol.arm_interrupt(False)
+            if value is not None:
+                result = display.build_bundle(value)
+                ns["_"] = value
         except SystemExit as exc:
             code = _exit_code(exc)
             self._flush_figures()
@@ -574,6 +581,10 @@ class Session:
 def serve(channel, workspace="/workspace", preload=()):
     """Run cells until shutdown or EOF; returns the exit code."""
     session = Session(channel, workspace, preload)
+    import _signal
+
+    # SIGINT interrupts the running cell only (protocol.on_sigint).
+    _signal.signal(_signal.SIGINT, protocol.on_sigint)
     # The first frame needs it anyway: load it while the supervisor gets that ready.
     protocol.load_codec()
     while True:

@@ -29,6 +29,7 @@ supervisor::AdoptedSandbox ToAdopted(zygote::PooledChild&& c) {
   supervisor::AdoptedSandbox a;
   a.init_pidfd = std::move(c.init_pidfd);
   a.init_pid = c.init_pid;
+  a.worker_pid = c.worker_pid;
   a.host_uid = c.host_uid;
   a.sync = std::move(c.sync);
   a.runtime = std::move(c.runtime);

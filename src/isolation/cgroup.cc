@@ -317,6 +317,14 @@ class CgroupV2 final : public Cgroup {
         u.memory_peak = *v;
       }
     }
+    std::string current_path = JoinPath(dir_, "memory.current");
+    if (fs_->Exists(current_path)) {
+      KILN_ASSIGN_OR_RETURN(std::string current, fs_->ReadFile(current_path));
+      if (auto v = ParseU64(current)) {
+        u.has_memory_current = true;
+        u.memory_current = *v;
+      }
+    }
     std::string events_path = JoinPath(dir_, "memory.events");
     if (fs_->Exists(events_path)) {
       KILN_ASSIGN_OR_RETURN(std::string events, fs_->ReadFile(events_path));
@@ -415,6 +423,14 @@ class CgroupV1 final : public Cgroup {
       if (auto v = ParseU64(peak)) {
         u.has_memory_peak = true;
         u.memory_peak = *v;
+      }
+      const std::string current_path = JoinPath(*dir, "memory.usage_in_bytes");
+      if (fs_->Exists(current_path)) {
+        KILN_ASSIGN_OR_RETURN(std::string current, fs_->ReadFile(current_path));
+        if (auto v = ParseU64(current)) {
+          u.has_memory_current = true;
+          u.memory_current = *v;
+        }
       }
       // The "oom_kill N" line is 4.13+; older kernels only say under_oom.
       KILN_ASSIGN_OR_RETURN(std::string oom, fs_->ReadFile(JoinPath(*dir, "memory.oom_control")));

@@ -61,6 +61,8 @@ struct CgroupUsage {
   uint64_t cpu_usec = 0;  // user + system of every process that ran in it
   bool has_memory_peak = false;
   uint64_t memory_peak = 0;  // bytes; v2 memory.peak (5.19+), v1 max_usage_in_bytes
+  bool has_memory_current = false;
+  uint64_t memory_current = 0;  // bytes now; v2 memory.current, v1 memory.usage_in_bytes
   uint64_t oom_kills = 0;    // v2 memory.events oom_kill, v1 memory.oom_control oom_kill
 };
 

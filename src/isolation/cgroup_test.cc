@@ -378,6 +378,7 @@ TEST_F(CgroupV2, UsageParsesStatFiles) {
   WriteText(dir + "/cpu.stat",
             "usage_usec 1234567\nuser_usec 1000000\nsystem_usec 234567\nnr_periods 3\n");
   WriteText(dir + "/memory.peak", "73400320\n");
+  WriteText(dir + "/memory.current", "1048576\n");
   WriteText(dir + "/memory.events", "low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\noom_group_kill 1\n");
   auto usage = (*cg)->Usage();
   ASSERT_TRUE(usage.ok()) << usage.error().ToString();
@@ -385,6 +386,8 @@ TEST_F(CgroupV2, UsageParsesStatFiles) {
   EXPECT_EQ(usage->cpu_usec, 1234567u);
   EXPECT_TRUE(usage->has_memory_peak);
   EXPECT_EQ(usage->memory_peak, 73400320u);
+  EXPECT_TRUE(usage->has_memory_current);
+  EXPECT_EQ(usage->memory_current, 1048576u);
   EXPECT_EQ(usage->oom_kills, 1u);
 }
 
@@ -570,6 +573,7 @@ TEST_F(CgroupV1, UsageParsesCpuacctAndOomControl) {
   ASSERT_TRUE(cg.ok()) << cg.error().ToString();
   WriteText(P("cpuacct/kiln/sbx/cpuacct.usage"), "1234567890\n");
   WriteText(P("memory/kiln/sbx/memory.max_usage_in_bytes"), "104857600\n");
+  WriteText(P("memory/kiln/sbx/memory.usage_in_bytes"), "2097152\n");
   WriteText(P("memory/kiln/sbx/memory.oom_control"),
             "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n");
   auto usage = (*cg)->Usage();
@@ -578,6 +582,8 @@ TEST_F(CgroupV1, UsageParsesCpuacctAndOomControl) {
   EXPECT_EQ(usage->cpu_usec, 1234567u);  // nanoseconds -> microseconds
   EXPECT_TRUE(usage->has_memory_peak);
   EXPECT_EQ(usage->memory_peak, 104857600u);
+  EXPECT_TRUE(usage->has_memory_current);
+  EXPECT_EQ(usage->memory_current, 2097152u);
   EXPECT_EQ(usage->oom_kills, 3u);
 }
 

@@ -18,6 +18,7 @@ std::string_view ToString(Outcome outcome) {
     case Outcome::kSetupError: return "setup_error";
     case Outcome::kProtocolError: return "protocol_error";
     case Outcome::kCancelled: return "cancelled";
+    case Outcome::kInterrupted: return "interrupted";
   }
   return "setup_error";
 }
@@ -30,6 +31,7 @@ int PlainExitCode(const ExecutionResult& r) {
     case Outcome::kProtocolError:
       return 1;
     case Outcome::kCancelled:
+    case Outcome::kInterrupted:
       return 130;
     case Outcome::kTimeout:
       return 124;
@@ -96,6 +98,7 @@ nlohmann::json ToJson(const ExecutionResult& r, bool with_files) {
                              {"line", r.policy_violation->line},
                              {"message", r.policy_violation->message}};
   }
+  if (r.session_state) j["session_state"] = *r.session_state;
   j["outputs_dropped"] = r.outputs_dropped;
   j["outputs_truncated"] = r.outputs_truncated;
   const auto& p = r.phases;

@@ -28,10 +28,12 @@ enum class Outcome {
   kSetupError,       // the sandbox could not be built; the program never ran
   kProtocolError,    // the sandbox broke the runtime protocol; killed by the supervisor
   kCancelled,        // the caller went away (client disconnect, server shutdown); killed
+  kInterrupted,      // a session cell stopped on request (KeyboardInterrupt); the sandbox lives on
 };
 
 // "ok", "error", "timeout", "cpu_limit", "memory_limit", "output_limit",
-// "signaled", "policy_violation", "setup_error", "protocol_error".
+// "signaled", "policy_violation", "setup_error", "protocol_error", "cancelled",
+// "interrupted".
 std::string_view ToString(Outcome outcome);
 
 struct SetupErrorInfo {
@@ -90,6 +92,9 @@ struct ExecutionResult {
   uint64_t outputs_dropped = 0;     // rich outputs over the image caps
   bool outputs_truncated = false;   // rich outputs over the cell's frame budget
   std::optional<PolicyViolationInfo> policy_violation;
+  // Session cells only: whether the session's interpreter (variables,
+  // imports, files) survived this cell: "kept" or "lost".
+  std::optional<std::string> session_state;
   PhaseTimes phases;
 };
 

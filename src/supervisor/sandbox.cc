@@ -132,454 +132,239 @@ std::string DescribeFailure(const SyncMessage& m, const isolation::MountPlan& mo
   return s;
 }
 
-// A pooled sandbox's environment and tmpfs sizes were fixed when its zygote
-// started: the caller (the spawner, `kiln run --pool`) only adopts one for a
-// request they fit (docs/adr/0009-zygote.md). The input files go in through
-// its workspace fd, owned by its uid, before any line of the program runs.
-Status PrepareAdopted(const AdoptedSandbox& a, const HostContext& host,
-                      const policy::SandboxPolicy& policy, const Program& program,
-                      ExecutionResult* r) {
-  if (!program.env.empty()) {
-    return FailedPrecondition("a pooled sandbox's environment is its zygote's");
-  }
-  if (!a.cgroup || !a.sync || !a.runtime || !a.out || !a.err || !a.workspace || !a.init_pidfd) {
-    return InvalidArgument("an adopted sandbox needs its cgroup and every fd");
-  }
-  r->limits_backend = "cgroup " + std::string(isolation::ToString(host.cgroups->mode()));
-  if (policy.input_files().empty()) return OkStatus();
-  KILN_ASSIGN_OR_RETURN(ScopedFsIds ids, ScopedFsIds::Enter(a.host_uid, a.host_uid));
-  const WorkspaceCaps caps{policy.limits().workspace_bytes, policy.limits().workspace_bytes};
-  for (const auto& f : policy.input_files()) {
-    std::string bytes;
-    if (f.content) {
-      bytes = *f.content;
-    } else {
-      UniqueFd fd(::open(f.host_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
-      struct stat st {};
-      if (!fd) return ErrnoError("file: cannot open '" + f.host_path + "'");
-      if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-        return InvalidArgument("file: '" + f.host_path + "' is not a regular file");
-      }
-      char buf[65536];
-      ssize_t n;
-      while ((n = ::read(fd.get(), buf, sizeof buf)) > 0) bytes.append(buf, static_cast<size_t>(n));
-      if (n < 0) return ErrnoError("read '" + f.host_path + "'");
-    }
-    KILN_TRY(WriteFileBeneath(a.workspace.get(), f.name, bytes, caps, a.host_uid, a.host_uid));
-  }
-  return OkStatus();
+// Frames the runtime channel emits as events, by output_type.
+const char* EventNameFor(const nlohmann::json& output) {
+  const std::string type = output.value("output_type", "");
+  if (type == "display_data") return "display";
+  if (type == "execute_result") return "result";
+  if (type == "error") return "error";
+  return nullptr;
 }
 
 }  // namespace
 
-Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::SandboxPolicy& policy,
-                                     const Program& program, const RunOptions& options) {
-  const auto t_start = Clock::now();
-  ExecutionResult r;
-  const policy::Limits& limits = policy.limits();
-
-  // --- Requirements: refuse, with doctor's reason, rather than run unprotected.
-  const bool have_cgroup =
-      host.cgroups != nullptr && host.cgroups->mode() != isolation::CgroupMode::kNone;
-  if (!have_cgroup && policy.cgroup() == policy::Requirement::kRequired) {
-    return FailedPrecondition("the policy requires cgroup limits and this host gives none: " +
-                              (host.cgroups ? host.cgroups->reason() : std::string("not detected")) +
-                              " (see `kiln doctor`)");
-  }
-  if (!host.landlock && policy.landlock() == policy::Requirement::kRequired) {
-    return FailedPrecondition("the policy requires Landlock: " + host.landlock_error +
-                              " (see `kiln doctor`)");
-  }
-  if (program.source.size() > kMaxProgramBytes) {
-    return InvalidArgument("program: larger than " + FormatSize(kMaxProgramBytes));
-  }
-
-  // What the event loop drives: a sandbox launched here (the cold path), or
-  // one adopted from the warm pool (src/zygote), set up by then, in its
-  // cgroup, with its runtime's hello waiting.
-  pid_t warm_up = 0;
-  Cleanup reap_warm_up([&warm_up] { FinishCgroupWarmUp(warm_up); });
-  std::vector<UniqueFd> keep_fds;
+// Everything the supervisor knows about one sandbox. The event loop (Pump)
+// is shared by setup, cells and the idle time between them.
+struct Sandbox::State {
+  const HostContext* host = nullptr;
+  std::optional<policy::SandboxPolicy> pol;
+  policy::Limits limits;
   isolation::MountPlan mounts;
   std::optional<isolation::UidSlot> slot;
-  UniqueFd sync_parent, rt_parent, out_r, err_r, pidfd_owner, adopted_workspace;
+  std::vector<UniqueFd> keep_fds;
+  CStringArray argv, envp;
   std::unique_ptr<isolation::Cgroup> cgroup;
+  bool use_cgroup = false;
+  std::string limits_backend;
+  pid_t warm_up = 0;
+
   pid_t pid = -1;
-  int pidfd = -1;
+  UniqueFd pidfd;
+  UniqueFd worker_pidfd;  // for interrupts
+  // Adopted from the warm pool (Sandbox::Adopt): pid 1 is not our child.
+  bool adopted = false;
+  uid_t adopted_uid = 0;
   bool reaped = false;
-  Clock::time_point t_maps{};
-  // Whatever happens from here, the sandbox dies (and, ours, is reaped)
-  // before we return.
-  Cleanup reap([&] {
-    if (pid > 0 && !reaped) {
-      sys::PidfdSendSignal(pidfd, SIGKILL);
-      if (options.adopt == nullptr) ::waitpid(pid, nullptr, 0);
-    }
-  });
-  if (options.adopt == nullptr) {
-    // v1: begin the slow first cgroup attach now, so its RCU grace period
-    // overlaps planning, clone and the child's setup (host.h).
-    warm_up = !options.warm_up_started && host.cgroups &&
-                        host.cgroups->mode() == isolation::CgroupMode::kV1 &&
-                        policy.cgroup() == policy::Requirement::kRequired
-                    ? StartCgroupWarmUp(host)
-                    : 0;
+  int init_status = 0;
+  rusage ru{};
+  UniqueFd sync_parent, rt_parent, out_r, err_r;
+  UniqueFd workspace_fd;
 
-    // --- Plan: everything the child needs, before clone (P4).
-    isolation::MountLayout layout;
-    layout.inside_uid = isolation::kInsideUid;
-    layout.inside_gid = isolation::kInsideGid;
-    layout.workspace_bytes = limits.workspace_bytes;
-    layout.tmp_bytes = limits.tmp_bytes;
-    layout.shm_bytes = limits.shm_bytes;
-    uint64_t input_total = 0;
-    for (const auto& f : policy.input_files()) {
-      if (f.content) {
-        // Given by content (API requests): the child copies from a memfd.
-        UniqueFd fd(::memfd_create("kiln-input", MFD_CLOEXEC));
-        if (!fd) return ErrnoError("memfd_create");
-        if (sys::WriteAll(fd.get(), f.content->data(), f.content->size()) != 0) {
-          return ErrnoError("write input file " + f.name);
-        }
-        input_total += f.content->size();
-        layout.workspace_files.push_back({fd.get(), f.name});
-        keep_fds.push_back(std::move(fd));
-        continue;
-      }
-      UniqueFd fd(::open(f.host_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
-      if (!fd) return ErrnoError("file: cannot open '" + f.host_path + "'");
-      struct stat st {};
-      if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-        return InvalidArgument("file: '" + f.host_path + "' is not a regular file");
-      }
-      input_total += static_cast<uint64_t>(st.st_size);
-      layout.workspace_files.push_back({fd.get(), f.name});
-      keep_fds.push_back(std::move(fd));
-    }
-    if (input_total > limits.workspace_bytes) {
-      return InvalidArgument("file: the input files (" + FormatSize(input_total) +
-                             ") do not fit the workspace (--disk " +
-                             FormatSize(limits.workspace_bytes) + ")");
-    }
-    {
-      std::error_code ec;
-      for (const auto& e : fs::directory_iterator(fs::path(host.cache_dir) / "matplotlib", ec)) {
-        const std::string name = e.path().filename().string();
-        if (name.rfind("fontlist-", 0) != 0 || e.path().extension() != ".json") continue;
-        UniqueFd fd(::open(e.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-        if (!fd) continue;
-        layout.mpl_cache_files.push_back({fd.get(), name});
-        keep_fds.push_back(std::move(fd));
-      }
-    }
-    // The runtime directory is detached by open_tree in the child before the
-    // staging root covers /tmp, so it may live anywhere (mount_ns.h).
-    layout.runtime_dir = host.runtime_dir;
-    layout.extra_ro_paths = policy.extra_ro_mounts();
-    KILN_ASSIGN_OR_RETURN(mounts, isolation::BuildMountPlan(layout));
-
-    KILN_ASSIGN_OR_RETURN(slot, isolation::UidSlot::Acquire(host.slot_lock_dir));
-
-    CStringArray argv;
-    argv.Add(policy.interpreter());
-    argv.Add("-I");  // isolated: no PYTHON* variables, no user site, no cwd on sys.path
-    // No site: half of the interpreter's start (.pth files run code, and some
-    // are host-specific); the launcher sets Debian's dist-packages path itself.
-    argv.Add("-S");
-    argv.Add("-B");  // the tree is read-only; never try to write .pyc files
-    argv.Add(std::string(isolation::kRuntimeMountPath) + "/kiln_runtime/launch.py");
-    if (!policy.preload().empty()) {
-      std::string list;
-      for (const auto& m : policy.preload()) list += (list.empty() ? "" : ",") + m;
-      argv.Add("--preload");
-      argv.Add(list);
-    }
-    CStringArray envp;
-    for (auto& e : SandboxEnvironment(limits.cpus, program.env)) envp.Add(std::move(e));
-
-    int sp[2];
-    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) return ErrnoError("socketpair");
-    sync_parent.Reset(sp[0]);
-    UniqueFd sync_child(sp[1]);
-    const int one = 1;
-    if (::setsockopt(sync_parent.get(), SOL_SOCKET, SO_PASSCRED, &one, sizeof one) != 0) {
-      return ErrnoError("setsockopt SO_PASSCRED");
-    }
-    // The runtime channel (docs/protocol.md section 2): fd 3 of the worker.
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) return ErrnoError("socketpair");
-    rt_parent.Reset(sp[0]);
-    UniqueFd rt_child(sp[1]);
-    int p[2];
-    if (::pipe2(p, O_CLOEXEC) != 0) return ErrnoError("pipe2");
-    out_r.Reset(p[0]);
-    UniqueFd out_w(p[1]);
-    if (::pipe2(p, O_CLOEXEC) != 0) return ErrnoError("pipe2");
-    err_r.Reset(p[0]);
-    UniqueFd err_w(p[1]);
-    KILN_TRY(SetNonBlocking(rt_parent.get()));
-    KILN_TRY(SetNonBlocking(out_r.get()));
-    KILN_TRY(SetNonBlocking(err_r.get()));
-
-    child::ChildPlan plan;
-    plan.sync_fd = sync_child.get();
-    plan.code_fd = rt_child.get();
-    plan.stdout_fd = out_w.get();
-    plan.stderr_fd = err_w.get();
-    plan.drop_groups = slot->privileged();
-    plan.mount_ops = mounts.ops().data();
-    plan.mount_count = mounts.ops().size();
-    plan.new_root = mounts.new_root();
-    plan.hostname = policy.hostname().c_str();
-    plan.last_cap = host.last_cap;
-    if (host.landlock) plan.landlock = *host.landlock;
-    plan.seccomp = host.seccomp.data();
-    plan.seccomp_length = host.seccomp.size();
-    plan.exec_path = policy.interpreter().c_str();
-    plan.argv = argv.Finish();
-    plan.envp = envp.Finish();
-    plan.cwd = isolation::kWorkspacePath;
-    const auto t_planned = Clock::now();
-    r.phases.plan_ms = Ms(t_start, t_planned);
-
-    // --- cgroup. v2: before clone, which starts the child inside it. v1 (when
-    // required): after clone, while the child builds its root; the worker is
-    // attached later (ADR 0004). Best effort: a cgroup we may not create means
-    // the rlimit fallback, said out loud.
-    const bool required = policy.cgroup() == policy::Requirement::kRequired;
-    const bool create_after_clone =
-        have_cgroup && required && host.cgroups->mode() == isolation::CgroupMode::kV1;
-    bool use_cgroup = have_cgroup;
-    auto create_cgroup = [&]() -> Status {
-      KILN_ASSIGN_OR_RETURN(cgroup, host.cgroups->Create(
-                                        UniqueCgroupName(),
-                                        {limits.memory_bytes, limits.pids, limits.cpus}));
-      return OkStatus();
-    };
-    if (have_cgroup && !create_after_clone) {
-      Status created = create_cgroup();
-      if (!created.ok()) {
-        if (required) return std::move(created).error();
-        use_cgroup = false;
-        KILN_LOG_WARN("cannot create a cgroup here ({}); using rlimits (RLIMIT_DATA, RLIMIT_NPROC)",
-                      created.error().ToString());
-      }
-    } else if (!have_cgroup) {
-      KILN_LOG_WARN("no cgroup limits on this host ({}); using rlimits (RLIMIT_DATA, RLIMIT_NPROC)",
-                    host.cgroups ? host.cgroups->reason() : "not detected");
-    }
-    r.limits_backend = use_cgroup ? std::string("cgroup ") +
-                                        std::string(isolation::ToString(host.cgroups->mode()))
-                                  : "rlimits";
-    plan.rlimits = isolation::BuildRlimitPlan({limits.open_files, limits.workspace_bytes,
-                                               limits.cpu_time_s, !use_cgroup, limits.memory_bytes,
-                                               limits.pids});
-    const auto t_cgroup = Clock::now();
-    r.phases.cgroup_ms = Ms(t_planned, t_cgroup);
-
-    // --- clone3 into every namespace at once.
-    clone_args args{};
-    args.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
-                 CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD;
-    args.pidfd = sys::PointerToU64(&pidfd);
-    args.exit_signal = SIGCHLD;
-    if (cgroup && cgroup->clone_into_fd() >= 0) {
-      args.flags |= CLONE_INTO_CGROUP;
-      args.cgroup = static_cast<uint64_t>(cgroup->clone_into_fd());
-    }
-    pid = sys::Clone3(&args);
-    if (pid == 0) child::RunChild(plan);  // never returns
-    if (pid < 0) {
-      const int e = errno;
-      std::string hint;
-      if (e == EPERM || e == ENOSPC || e == EUSERS) {
-        hint = " (user namespaces may be disabled or exhausted: see `kiln doctor`)";
-      }
-      return ErrnoError("clone3 into new namespaces" + hint, e, SetupStep::kClone);
-    }
-    pidfd_owner.Reset(pidfd);
-    sync_child.Reset();
-    rt_child.Reset();
-    out_w.Reset();
-    err_w.Reset();
-    const auto t_cloned = Clock::now();
-    r.phases.clone_ms = Ms(t_cgroup, t_cloned);
-
-    KILN_TRY(isolation::WriteIdMapsFromParent(pid, *slot));
-    {
-      SyncMessage go{};
-      go.tag = SyncTag::kMapsWritten;
-      if (::send(sync_parent.get(), &go, sizeof go, MSG_NOSIGNAL) != sizeof go) {
-        return ErrnoError("send to the sandbox's setup channel", errno, SetupStep::kUserMaps);
-      }
-    }
-    t_maps = Clock::now();
-    r.phases.maps_ms = Ms(t_cloned, t_maps);
-    if (create_after_clone) {
-      const auto t0 = Clock::now();
-      KILN_TRY(create_cgroup());
-      r.phases.cgroup_ms = Ms(t0, Clock::now());
-    }
-  } else {
-    KILN_TRY(PrepareAdopted(*options.adopt, host, policy, program, &r));
-    AdoptedSandbox& a = *options.adopt;
-    sync_parent = std::move(a.sync);
-    rt_parent = std::move(a.runtime);
-    out_r = std::move(a.out);
-    err_r = std::move(a.err);
-    adopted_workspace = std::move(a.workspace);
-    pidfd_owner = std::move(a.init_pidfd);
-    pidfd = pidfd_owner.get();
-    pid = a.init_pid;
-    cgroup = std::move(a.cgroup);
-    t_maps = Clock::now();
-    r.phases.plan_ms = Ms(t_start, t_maps);
-  }
-
-  // --- Event loop: setup records, capture, program delivery, limits.
+  // Connection state.
   ipc::FrameReader frames;
-  std::string to_runtime;  // encoded frames not yet written
-  bool hello = false, attached = options.adopt != nullptr, program_sent = false,
-       shutdown_sent = false;
-  CellOutputs cell(1, policy.display_limits(), kCellFrameBudget);
-  std::optional<std::string> protocol_error;
-  uint64_t syncs = 0;
+  std::string to_runtime;
+  bool hello = false, attached = false;
   bool sync_open = true, out_open = true, err_open = true, rt_open = true, init_exited = false;
-  UniqueFd workspace_fd = std::move(adopted_workspace);
+  bool torn_down = false;
   std::optional<int> worker_status;
   std::optional<SyncMessage> failure;
   std::string failure_text;
   std::optional<Outcome> kill_reason;
+  std::optional<std::string> protocol_error;
   bool killed = false;
-  Clock::time_point t_workspace{}, t_worker{}, t_attached{}, t_sent{}, t_exit{};
-  const auto setup_deadline = t_maps + kSetupTimeout;
-  Clock::time_point run_deadline = Clock::time_point::max();
-  auto next_cpu_poll = Clock::time_point::max();
-  const uint64_t cpu_limit_usec = static_cast<uint64_t>(limits.cpu_time_s * 1e6);
+  int64_t cells_started = 0;
 
-  auto kill_sandbox = [&](std::optional<Outcome> why) {
-    if (why && !kill_reason && !failure && !protocol_error) kill_reason = why;
-    if (!killed) {
-      killed = true;
-      sys::PidfdSendSignal(pidfd, SIGKILL);
+  // The cell in progress (or the last one).
+  struct Cell {
+    CellSpec spec;
+    CellOutputs outputs;
+    std::string stdout_data, stderr_data;
+    bool stdout_truncated = false, stderr_truncated = false, outputs_truncated = false;
+    uint64_t syncs = 0;
+    Clock::time_point t_sent{}, t_end{}, deadline{}, grace_deadline = Clock::time_point::max();
+    bool timed_out = false;       // the wall-clock timeout interrupted it
+    bool interrupted = false;     // Interrupt() on request
+    uint64_t cpu_start_usec = 0;
+    bool shutdown_sent = false;
+    const EventSink* sink = nullptr;
+    Cell(CellSpec s, const policy::DisplayLimits& d, int64_t number)
+        : spec(std::move(s)), outputs(number, d, kCellFrameBudget) {}
+  };
+  std::optional<Cell> cell;
+  size_t emitted_outputs = 0;  // outputs of the cell already sent as events
+
+  // Timing.
+  Clock::time_point t_start{}, t_planned{}, t_cgroup{}, t_cloned{}, t_maps{}, t_workspace{},
+      t_worker{}, t_attached{}, t_exit{};
+  Clock::time_point setup_deadline = Clock::time_point::max();
+  Clock::time_point next_cpu_poll = Clock::time_point::max();
+  PhaseTimes phases;
+
+  ~State() {
+    if (pid > 0 && !reaped) {
+      sys::PidfdSendSignal(pidfd.get(), SIGKILL);
+      if (!adopted) ::waitpid(pid, nullptr, 0);
     }
-  };
-  auto violate = [&](std::string why) {
+    if (cgroup) {
+      (void)cgroup->KillAll();
+      (void)cgroup->Remove();
+    }
+    FinishCgroupWarmUp(warm_up);
+  }
+
+  bool dead() const { return init_exited || killed; }
+
+  void Kill(std::optional<Outcome> why) {
+    if (why && !kill_reason && !failure && !protocol_error) kill_reason = why;
+    if (!killed && pid > 0) {
+      killed = true;
+      sys::PidfdSendSignal(pidfd.get(), SIGKILL);
+    }
+  }
+  void Violate(std::string why) {
     if (!protocol_error && !kill_reason && !failure) protocol_error = std::move(why);
-    kill_sandbox(std::nullopt);
-  };
+    Kill(std::nullopt);
+  }
+
+  void Emit(std::string_view event, const nlohmann::json& data) {
+    if (cell && cell->sink != nullptr && *cell->sink) (*cell->sink)(event, data);
+  }
+
   // Output written before a frame is already in the pipes when the frame
   // arrives (the runtime flushes first): drain them so outputs keep order.
-  auto drain_streams = [&] {
-    bool over = false;
-    if (out_open) {
-      const size_t before = r.stdout_data.size();
-      out_open = ReadCapped(out_r.get(), &r.stdout_data, limits.output_bytes, &over);
-      cell.AddStream("stdout", std::string_view(r.stdout_data).substr(before));
-      if (over) {
-        r.stdout_truncated = true;
-        out_open = false;
-        kill_sandbox(Outcome::kOutputLimit);
+  // Between cells the pipes are left alone (their bytes belong to the next).
+  void DrainStreams() {
+    if (!cell) return;
+    auto drain = [&](int fd, bool* open, std::string* buf, bool* truncated, const char* name) {
+      if (!*open) return;
+      bool over = false;
+      const size_t before = buf->size();
+      *open = ReadCapped(fd, buf, limits.output_bytes, &over);
+      const std::string_view fresh = std::string_view(*buf).substr(before);
+      if (!fresh.empty()) {
+        cell->outputs.AddStream(name, fresh);
+        Emit(name, {{"text", std::string(fresh)}});
       }
-    }
-    over = false;
-    if (err_open) {
-      const size_t before = r.stderr_data.size();
-      err_open = ReadCapped(err_r.get(), &r.stderr_data, limits.output_bytes, &over);
-      cell.AddStream("stderr", std::string_view(r.stderr_data).substr(before));
       if (over) {
-        r.stderr_truncated = true;
-        err_open = false;
-        kill_sandbox(Outcome::kOutputLimit);
+        *truncated = true;
+        *open = false;
+        Kill(Outcome::kOutputLimit);
       }
+    };
+    drain(out_r.get(), &out_open, &cell->stdout_data, &cell->stdout_truncated, "stdout");
+    drain(err_r.get(), &err_open, &cell->stderr_data, &cell->stderr_truncated, "stderr");
+  }
+
+  void EmitNewOutputs() {
+    const auto& outs = cell->outputs.outputs();
+    for (; emitted_outputs < outs.size(); ++emitted_outputs) {
+      const auto& o = outs[emitted_outputs];
+      if (const char* name = EventNameFor(o)) Emit(name, o);
     }
-  };
-  auto maybe_start = [&] {
-    if (!hello || !attached || program_sent || killed) return;
-    nlohmann::json modules = policy.import_policy().modules;
+  }
+
+  void SendCell() {
+    Cell& c = *cell;
+    nlohmann::json modules = pol->import_policy().modules;
     to_runtime += ipc::EncodeMessage(
         {{"type", "execute"},
-         {"cell", 1},
-         {"code", program.source},
-         {"filename", program.filename},
+         {"cell", cells_started},
+         {"code", c.spec.code},
+         {"filename", c.spec.filename},
          {"import_policy",
-          {{"mode", std::string(policy::ToString(policy.import_policy().mode))},
+          {{"mode", std::string(policy::ToString(pol->import_policy().mode))},
            {"modules", modules}}},
          {"limits",
-          {{"max_images", policy.display_limits().max_images},
-           {"max_image_bytes", policy.display_limits().max_image_bytes}}}});
-    program_sent = true;
-    t_sent = Clock::now();
-    run_deadline = t_sent + std::chrono::duration_cast<Clock::duration>(
-                                std::chrono::duration<double>(limits.wall_timeout_s));
-    if (cgroup) next_cpu_poll = t_sent + kCpuPollInterval;
-  };
-  auto handle_frames = [&] {
+          {{"max_images", pol->display_limits().max_images},
+           {"max_image_bytes", pol->display_limits().max_image_bytes}}}});
+    c.t_sent = Clock::now();
+    c.deadline = c.t_sent + std::chrono::duration_cast<Clock::duration>(
+                                std::chrono::duration<double>(c.spec.timeout_s));
+    if (cgroup) {
+      next_cpu_poll = c.t_sent + kCpuPollInterval;
+      auto usage = cgroup->Usage();
+      if (usage.ok() && usage->has_cpu) c.cpu_start_usec = usage->cpu_usec;
+    }
+  }
+
+  void HandleFrames() {
     for (;;) {
       auto next = frames.Next();
       if (!next.ok()) {
-        violate("the runtime sent an oversized frame: " + next.error().message);
+        Violate("the runtime sent an oversized frame: " + next.error().message);
         return;
       }
       if (!next->has_value()) return;
       const std::string& payload = **next;
-      drain_streams();
+      DrainStreams();
       auto parsed = ipc::ParseFrame(payload);
       if (!parsed.ok()) {
-        violate("the runtime sent a malformed frame: " + parsed.error().message);
+        Violate("the runtime sent a malformed frame: " + parsed.error().message);
         return;
       }
       const std::string type = (*parsed)["type"].get<std::string>();
       if (type == "hello") {
         auto version = ipc::GetInt(*parsed, "protocol");
-        if (hello || program_sent) {
-          violate("the runtime said hello twice");
+        if (hello || cell) {
+          Violate("the runtime said hello twice");
         } else if (!version.ok() || *version != ipc::kProtocolVersion) {
-          violate("the runtime speaks protocol " +
+          Violate("the runtime speaks protocol " +
                   (version.ok() ? std::to_string(*version) : std::string("?")) + ", kiln speaks " +
                   std::to_string(ipc::kProtocolVersion));
         } else {
           hello = true;
-          maybe_start();
         }
         continue;
       }
-      if (!program_sent) {
-        violate("the runtime sent '" + type + "' before any cell");
+      if (!cell || cell->outputs.replied()) {
+        Violate("the runtime sent '" + type + "' " + (cell ? "after the cell's execute_reply" : "before any cell"));
         return;
       }
       if (type == "sync") {
         // The pipes were drained up to this frame (above): stdout and stderr
         // written before it are in order; let the runtime go on.
-        if (cell.replied()) {
-          violate("the runtime sent 'sync' after the cell's execute_reply");
-          return;
-        }
-        if (++syncs > kMaxSyncsPerCell) {
-          r.outputs_truncated = true;
-          kill_sandbox(Outcome::kOutputLimit);
+        if (++cell->syncs > kMaxSyncsPerCell) {
+          cell->outputs_truncated = true;
+          Kill(Outcome::kOutputLimit);
           return;
         }
         to_runtime += ipc::EncodeMessage({{"type", "synced"}});
         continue;
       }
-      auto verdict = cell.OnFrame(*parsed, payload.size() + 4);
+      auto verdict = cell->outputs.OnFrame(*parsed, payload.size() + 4);
       if (!verdict.ok()) {
-        violate("the runtime broke the protocol: " + verdict.error().message);
+        Violate("the runtime broke the protocol: " + verdict.error().message);
         return;
       }
       if (*verdict == CellOutputs::FrameVerdict::kOverBudget) {
-        r.outputs_truncated = true;
-        kill_sandbox(Outcome::kOutputLimit);
+        cell->outputs_truncated = true;
+        Kill(Outcome::kOutputLimit);
         return;
       }
-      if (cell.replied() && !shutdown_sent) {
-        // One-shot: the cell is done; the runtime exits with its status.
-        to_runtime += ipc::EncodeMessage({{"type", "shutdown"}});
-        shutdown_sent = true;
+      EmitNewOutputs();
+      if (cell->outputs.replied()) {
+        cell->t_end = Clock::now();
+        next_cpu_poll = Clock::time_point::max();
+        if (cell->spec.last && !cell->shutdown_sent) {
+          // One-shot: the cell is done; the runtime exits with its status.
+          to_runtime += ipc::EncodeMessage({{"type", "shutdown"}});
+          cell->shutdown_sent = true;
+        }
       }
     }
-  };
-  auto read_runtime = [&] {
+  }
+
+  void ReadRuntime() {
     char chunk[65536];
     for (int i = 0; i < 64 && rt_open; ++i) {  // at most 4 MiB per wake-up: stay fair
       ssize_t n = ::read(rt_parent.get(), chunk, sizeof chunk);
@@ -593,102 +378,107 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
         break;
       }
       frames.Feed(chunk, static_cast<size_t>(n));
-      handle_frames();
+      HandleFrames();
       if (protocol_error) break;
     }
-  };
+  }
 
-  while (!init_exited) {
-    pollfd fds[6];
-    int n = 0;
-    int idx_sync = -1, idx_out = -1, idx_err = -1, idx_rt = -1;
-    if (sync_open) { idx_sync = n; fds[n++] = {sync_parent.get(), POLLIN, 0}; }
-    if (out_open) { idx_out = n; fds[n++] = {out_r.get(), POLLIN, 0}; }
-    if (err_open) { idx_err = n; fds[n++] = {err_r.get(), POLLIN, 0}; }
-    const int idx_pid = n;
-    fds[n++] = {pidfd, POLLIN, 0};
-    int idx_cancel = -1;
-    if (options.cancel_fd >= 0 && !killed) {
-      idx_cancel = n;
-      fds[n++] = {options.cancel_fd, POLLIN, 0};
-    }
-    if (rt_open) {
-      idx_rt = n;
-      fds[n++] = {rt_parent.get(),
-                  static_cast<short>(POLLIN | (to_runtime.empty() ? 0 : POLLOUT)), 0};
-    }
-
-    auto now = Clock::now();
-    auto wake = program_sent ? std::min(run_deadline, next_cpu_poll) : setup_deadline;
-    int timeout_ms = static_cast<int>(std::clamp<int64_t>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count() + 1, 0, 1000));
-    int rc = ::poll(fds, static_cast<nfds_t>(n), timeout_ms);
-    if (rc < 0 && errno != EINTR) return ErrnoError("poll");
-    now = Clock::now();
-
-    if (idx_sync >= 0 && fds[idx_sync].revents != 0) {
-      for (;;) {
-        Received m = ReceiveSync(sync_parent.get());
-        if (m.eof) { sync_open = false; break; }
-        if (m.again) break;
-        if (m.garbage) {
-          failure_text = "the sandbox sent a malformed setup record";
+  void OnSyncRecords(Clock::time_point now) {
+    for (;;) {
+      Received m = ReceiveSync(sync_parent.get());
+      if (m.eof) {
+        sync_open = false;
+        break;
+      }
+      if (m.again) break;
+      if (m.garbage) {
+        failure_text = "the sandbox sent a malformed setup record";
+        if (!failure) failure = SyncMessage{SyncTag::kFailure, 0, 0, EPROTO, -1, 0};
+        Kill(std::nullopt);
+        continue;
+      }
+      switch (m.msg.tag) {
+        case SyncTag::kWorkspaceFd:
+          if (!workspace_fd && m.fd) {
+            workspace_fd = std::move(m.fd);
+            t_workspace = now;
+          }
+          break;
+        case SyncTag::kWorkerStarted:
+          if (attached || m.sender <= 0) break;  // only the first counts
+          t_worker = now;
+          worker_pidfd.Reset(sys::PidfdOpen(m.sender, 0));
+          if (cgroup && cgroup->clone_into_fd() < 0) {
+            // v1: move the worker now, while its interpreter starts; the
+            // launcher runs nothing of the program before it arrives.
+            Status moved = cgroup->Attach(m.sender);
+            if (!moved.ok()) {
+              failure = SyncMessage{SyncTag::kFailure, static_cast<uint8_t>(SetupStep::kCgroupAttach),
+                                    0, moved.error().sys_errno, -1, 0};
+              failure_text = "attaching the sandbox to its cgroup failed: " + moved.error().ToString();
+              Kill(std::nullopt);
+              break;
+            }
+          }
+          t_attached = Clock::now();
+          attached = true;
+          break;
+        case SyncTag::kWorkerExited:
+          if (!worker_status) {
+            worker_status = m.msg.status;
+            t_exit = now;
+          }
+          break;
+        case SyncTag::kFailure:
+          if (!failure) {
+            failure = m.msg;
+            failure_text = DescribeFailure(m.msg, mounts);
+          }
+          Kill(std::nullopt);
+          break;
+        case SyncTag::kMapsWritten:
+        case SyncTag::kAttachMe:
+        case SyncTag::kAttached:
+        default:
+          failure_text = "the sandbox sent an unexpected setup record";
           if (!failure) failure = SyncMessage{SyncTag::kFailure, 0, 0, EPROTO, -1, 0};
-          kill_sandbox(std::nullopt);
-          continue;
-        }
-        switch (m.msg.tag) {
-          case SyncTag::kWorkspaceFd:
-            if (!workspace_fd && m.fd) {
-              workspace_fd = std::move(m.fd);
-              t_workspace = now;
-            }
-            break;
-          case SyncTag::kWorkerStarted:
-            if (attached || m.sender <= 0) break;  // only the first counts
-            t_worker = now;
-            if (cgroup && cgroup->clone_into_fd() < 0) {
-              // v1: move the worker now, while its interpreter starts; the
-              // launcher runs nothing of the program before it arrives.
-              Status moved = cgroup->Attach(m.sender);
-              if (!moved.ok()) {
-                failure = SyncMessage{SyncTag::kFailure,
-                                      static_cast<uint8_t>(SetupStep::kCgroupAttach), 0,
-                                      moved.error().sys_errno, -1, 0};
-                failure_text = "attaching the sandbox to its cgroup failed: " +
-                               moved.error().ToString();
-                kill_sandbox(std::nullopt);
-                break;
-              }
-            }
-            t_attached = Clock::now();
-            attached = true;
-            maybe_start();
-            break;
-          case SyncTag::kWorkerExited:
-            if (!worker_status) {
-              worker_status = m.msg.status;
-              t_exit = now;
-            }
-            break;
-          case SyncTag::kFailure:
-            if (!failure) {
-              failure = m.msg;
-              failure_text = DescribeFailure(m.msg, mounts);
-            }
-            kill_sandbox(std::nullopt);
-            break;
-          case SyncTag::kMapsWritten:
-          case SyncTag::kAttachMe:
-          case SyncTag::kAttached:
-          default:
-            failure_text = "the sandbox sent an unexpected setup record";
-            if (!failure) failure = SyncMessage{SyncTag::kFailure, 0, 0, EPROTO, -1, 0};
-            kill_sandbox(std::nullopt);
-            break;
-        }
+          Kill(std::nullopt);
+          break;
       }
     }
+  }
+
+  // One round of the event loop: waits until `wake` at most, handles what is
+  // ready. The runtime channel and the capture pipes are read only while a
+  // cell runs (or during setup for the channel's hello).
+  Status Pump(Clock::time_point wake, const Waiters& waiters) {
+    pollfd fds[8];
+    int n = 0;
+    int idx_sync = -1, idx_out = -1, idx_err = -1, idx_rt = -1, idx_cancel = -1, idx_control = -1;
+    const bool in_cell = cell.has_value() && (!cell->outputs.replied() || cell->spec.last);
+    if (sync_open) { idx_sync = n; fds[n++] = {sync_parent.get(), POLLIN, 0}; }
+    if (in_cell && out_open) { idx_out = n; fds[n++] = {out_r.get(), POLLIN, 0}; }
+    if (in_cell && err_open) { idx_err = n; fds[n++] = {err_r.get(), POLLIN, 0}; }
+    const int idx_pid = n;
+    fds[n++] = {pidfd.get(), POLLIN, 0};
+    if (waiters.cancel_fd >= 0 && !killed) { idx_cancel = n; fds[n++] = {waiters.cancel_fd, POLLIN, 0}; }
+    if (waiters.control_fd >= 0 && waiters.on_control) {
+      idx_control = n;
+      fds[n++] = {waiters.control_fd, POLLIN, 0};
+    }
+    if (rt_open && (in_cell || !hello)) {
+      idx_rt = n;
+      fds[n++] = {rt_parent.get(), static_cast<short>(POLLIN | (to_runtime.empty() ? 0 : POLLOUT)), 0};
+    }
+    const auto now0 = Clock::now();
+    const int timeout_ms = static_cast<int>(std::clamp<int64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(wake - now0).count() + 1, 0, 1000));
+    const int rc = ::poll(fds, static_cast<nfds_t>(n), timeout_ms);
+    if (rc < 0 && errno != EINTR) return ErrnoError("poll");
+    const auto now = Clock::now();
+    if (rc <= 0) return OkStatus();
+
+    if (idx_sync >= 0 && fds[idx_sync].revents != 0) OnSyncRecords(now);
     if (idx_rt >= 0 && (fds[idx_rt].revents & POLLOUT) != 0 && !to_runtime.empty()) {
       ssize_t w = ::send(rt_parent.get(), to_runtime.data(), to_runtime.size(), MSG_NOSIGNAL);
       if (w > 0) {
@@ -697,86 +487,677 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
         to_runtime.clear();  // the runtime is gone; its exit status will tell
       }
     }
-    if (idx_rt >= 0 && (fds[idx_rt].revents & (POLLIN | POLLHUP | POLLERR)) != 0) read_runtime();
+    if (idx_rt >= 0 && (fds[idx_rt].revents & (POLLIN | POLLHUP | POLLERR)) != 0) ReadRuntime();
     if ((idx_out >= 0 && fds[idx_out].revents != 0) || (idx_err >= 0 && fds[idx_err].revents != 0)) {
-      drain_streams();
+      DrainStreams();
     }
-    if (fds[idx_pid].revents != 0) init_exited = true;
-    if (idx_cancel >= 0 && fds[idx_cancel].revents != 0) kill_sandbox(Outcome::kCancelled);
+    if (fds[idx_pid].revents != 0) {
+      init_exited = true;
+      if (!t_exit.time_since_epoch().count()) t_exit = now;
+    }
+    if (idx_cancel >= 0 && fds[idx_cancel].revents != 0) Kill(Outcome::kCancelled);
+    if (idx_control >= 0 && fds[idx_control].revents != 0) waiters.on_control();
+    return OkStatus();
+  }
 
-    if (!init_exited && !killed) {
-      if (!program_sent && now >= setup_deadline) {
-        failure = SyncMessage{SyncTag::kFailure, static_cast<uint8_t>(SetupStep::kStartProgram), 0,
-                              ETIMEDOUT, -1, 0};
-        failure_text = "the sandbox did not become ready within " +
-                       std::to_string(kSetupTimeout.count()) + " s";
-        kill_sandbox(std::nullopt);
-      } else if (program_sent && now >= run_deadline) {
-        kill_sandbox(Outcome::kTimeout);
-      } else if (program_sent && now >= next_cpu_poll) {
-        next_cpu_poll = now + kCpuPollInterval;
-        auto usage = cgroup->Usage();
-        if (usage.ok() && usage->has_cpu && usage->cpu_usec > cpu_limit_usec) {
-          kill_sandbox(Outcome::kCpuLimit);
+  // Reaps pid 1, drains what is left, accounts, kills the rest of the
+  // cgroup. Idempotent.
+  void Teardown() {
+    if (torn_down) return;
+    torn_down = true;
+    if (!killed && !init_exited) Kill(std::nullopt);
+    if (!t_exit.time_since_epoch().count()) t_exit = Clock::now();
+    if (adopted) {
+      // Not our child: no wait status or rusage (the cgroup accounts), but
+      // its pidfd says when it is gone.
+      pollfd gone{pidfd.get(), POLLIN, 0};
+      (void)::poll(&gone, 1, static_cast<int>(kDrainTimeout.count() * 1000));
+      reaped = true;
+    } else if (pid > 0 && ::wait4(pid, &init_status, 0, &ru) == pid) {
+      reaped = true;
+    }
+    init_exited = true;
+    // Late records (the worker's status can race pid 1's exit) and the rest of
+    // the output: every writer is dead, so these reach EOF quickly.
+    const auto drain_deadline = Clock::now() + kDrainTimeout;
+    const bool in_cell = cell.has_value() && (!cell->outputs.replied() || cell->spec.last);
+    if (!in_cell) out_open = err_open = false;  // between cells: nothing to attribute
+    while ((out_open || err_open || sync_open || (rt_open && !protocol_error && in_cell)) &&
+           Clock::now() < drain_deadline) {
+      if (sync_open) {
+        Received m = ReceiveSync(sync_parent.get());
+        if (m.eof || m.again) {
+          sync_open = false;
+        } else if (!m.garbage && m.msg.tag == SyncTag::kWorkerExited && !worker_status) {
+          worker_status = m.msg.status;
+        } else if (!m.garbage && m.msg.tag == SyncTag::kFailure && !failure) {
+          failure = m.msg;
+          failure_text = DescribeFailure(m.msg, mounts);
         }
       }
-    }
-  }
-  if (!t_exit.time_since_epoch().count()) t_exit = Clock::now();
-
-  // --- Teardown. pid 1's exit took the whole pid namespace with it.
-  int init_status = 0;
-  rusage ru{};
-  // (An adopted sandbox's pid 1 is not our child: no rusage; the cgroup's
-  // accounting below is what counts.)
-  if (options.adopt == nullptr && ::wait4(pid, &init_status, 0, &ru) == pid) reaped = true;
-  // Late records (the worker's status can race pid 1's exit) and the rest of
-  // the output: every writer is dead, so these reach EOF quickly.
-  const auto drain_deadline = Clock::now() + kDrainTimeout;
-  while ((out_open || err_open || sync_open || (rt_open && !protocol_error)) &&
-         Clock::now() < drain_deadline) {
-    if (sync_open) {
-      Received m = ReceiveSync(sync_parent.get());
-      if (m.eof || m.again) {
-        sync_open = false;
-      } else if (!m.garbage && m.msg.tag == SyncTag::kWorkerExited && !worker_status) {
-        worker_status = m.msg.status;
-      } else if (!m.garbage && m.msg.tag == SyncTag::kFailure && !failure) {
-        failure = m.msg;
-        failure_text = DescribeFailure(m.msg, mounts);
+      // Frames first: each drains the pipes up to itself, keeping the order.
+      if (in_cell && rt_open && !protocol_error) ReadRuntime();
+      if (!in_cell) rt_open = false;
+      DrainStreams();
+      if (out_open || err_open || rt_open) {
+        pollfd pf[3] = {{out_r.get(), POLLIN, 0}, {err_r.get(), POLLIN, 0}, {rt_parent.get(), POLLIN, 0}};
+        ::poll(pf, 3, 20);
       }
     }
-    // Frames first: each drains the pipes up to itself, keeping the order.
-    if (rt_open && !protocol_error) read_runtime();
-    drain_streams();
-    if (out_open || err_open || rt_open) {
-      pollfd pf[3] = {{out_r.get(), POLLIN, 0}, {err_r.get(), POLLIN, 0}, {rt_parent.get(), POLLIN, 0}};
-      ::poll(pf, 3, 20);
+    if (in_cell && frames.pending() > 0 && !protocol_error && !kill_reason && !failure) {
+      protocol_error = "the runtime's channel ended inside a frame (" +
+                       std::to_string(frames.pending()) + " bytes of a truncated frame)";
     }
   }
 
-  if (frames.pending() > 0 && !protocol_error && !kill_reason && !failure) {
-    protocol_error = "the runtime's channel ended inside a frame (" +
-                     std::to_string(frames.pending()) + " bytes of a truncated frame)";
+  // Limits while a cell runs: wall clock (with the interrupt step for
+  // sessions), cpu time of the cell.
+  void CheckCellLimits() {
+    if (!cell || cell->outputs.replied() || dead()) return;
+    Cell& c = *cell;
+    const auto now = Clock::now();
+    if (now >= c.deadline && !c.timed_out) {
+      if (c.spec.interrupt_grace_s) {
+        c.timed_out = true;
+        SignalWorker(SIGINT);
+        c.grace_deadline = now + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double>(*c.spec.interrupt_grace_s));
+      } else {
+        Kill(Outcome::kTimeout);
+        return;
+      }
+    }
+    if (now >= c.grace_deadline) {
+      Kill(Outcome::kTimeout);
+      return;
+    }
+    if (now >= next_cpu_poll && cgroup) {
+      next_cpu_poll = now + kCpuPollInterval;
+      auto usage = cgroup->Usage();
+      const uint64_t cpu_limit_usec = static_cast<uint64_t>(limits.cpu_time_s * 1e6);
+      if (usage.ok() && usage->has_cpu && usage->cpu_usec - c.cpu_start_usec > cpu_limit_usec) {
+        Kill(Outcome::kCpuLimit);
+      }
+    }
   }
 
-  // Accounting, then make sure nothing is left in the cgroup and remove it.
-  r.cpu_ms = (static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
-              static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3);
-  r.peak_memory_bytes = static_cast<uint64_t>(ru.ru_maxrss) * 1024;
-  if (cgroup) {
-    auto usage = cgroup->Usage();
-    if (usage.ok()) {
-      if (usage->has_cpu) r.cpu_ms = static_cast<double>(usage->cpu_usec) / 1e3;
-      if (usage->has_memory_peak) r.peak_memory_bytes = usage->memory_peak;
-      r.oom_kills = usage->oom_kills;
+  void SignalWorker(int sig) {
+    if (worker_pidfd) sys::PidfdSendSignal(worker_pidfd.get(), sig);
+  }
+
+  Clock::time_point NextWake() const {
+    Clock::time_point wake = Clock::now() + std::chrono::seconds(1);
+    if (!hello || !attached) wake = std::min(wake, setup_deadline);
+    if (cell && !cell->outputs.replied()) {
+      wake = std::min({wake, cell->timed_out ? cell->grace_deadline : cell->deadline, next_cpu_poll});
     }
-    Status killed_rest = cgroup->KillAll();
+    return wake;
+  }
+
+  // The outcome of the current cell, with the sandbox alive (the runtime
+  // replied) or dead (Teardown done).
+  ExecutionResult CellResult(bool final) {
+    ExecutionResult r;
+    r.limits_backend = limits_backend;
+    if (cell) {
+      Cell& c = *cell;
+      r.stdout_data = c.stdout_data;
+      r.stderr_data = c.stderr_data;
+      r.stdout_truncated = c.stdout_truncated;
+      r.stderr_truncated = c.stderr_truncated;
+      r.outputs_truncated = c.outputs_truncated;
+      r.outputs = c.outputs.outputs();
+      r.error = c.outputs.error();
+      r.execution_count = c.outputs.execution_count();
+      r.outputs_dropped = c.outputs.dropped();
+      r.policy_violation = c.outputs.policy_violation();
+      const auto end = c.t_end.time_since_epoch().count() ? c.t_end : t_exit;
+      r.duration_ms = c.t_sent.time_since_epoch().count() && end.time_since_epoch().count()
+                          ? Ms(c.t_sent, end) : 0;
+    }
+    // Accounting.
+    if (final) {
+      r.cpu_ms = (static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+                  static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3);
+      r.peak_memory_bytes = static_cast<uint64_t>(ru.ru_maxrss) * 1024;
+    }
+    if (cgroup) {
+      auto usage = cgroup->Usage();
+      if (usage.ok()) {
+        if (usage->has_cpu) {
+          const uint64_t start = cell && !cell->spec.last ? cell->cpu_start_usec : 0;
+          r.cpu_ms = static_cast<double>(usage->cpu_usec - std::min(start, usage->cpu_usec)) / 1e3;
+        }
+        if (usage->has_memory_peak) r.peak_memory_bytes = usage->memory_peak;
+        r.oom_kills = usage->oom_kills;
+      }
+    }
+
+    const bool session_cell = cell && !cell->spec.last;
+    if (!dead() && cell && cell->outputs.replied()) {
+      // The runtime answered; the sandbox lives on (sessions).
+      const Cell& c = *cell;
+      const std::string status = c.outputs.reply_status().value_or("error");
+      r.exit_code = static_cast<int>(c.outputs.exit_code().value_or(status == "ok" ? 0 : 1));
+      r.session_state = "kept";
+      const bool keyboard = c.outputs.error() && c.outputs.error()->name == "KeyboardInterrupt";
+      if (c.timed_out && keyboard) {
+        r.outcome = Outcome::kTimeout;
+        r.reason = "wall-clock timeout of " + FormatSeconds(c.spec.timeout_s) +
+                   ": the cell was interrupted (KeyboardInterrupt); the session's state is kept";
+      } else if (c.interrupted && keyboard) {
+        r.outcome = Outcome::kInterrupted;
+        r.reason = "interrupted on request (KeyboardInterrupt); the session's state is kept";
+      } else if (status == "ok") {
+        r.outcome = Outcome::kOk;
+        r.reason = "ok";
+      } else if (status == "policy_violation" && c.outputs.policy_violation()) {
+        r.outcome = Outcome::kPolicyViolation;
+        r.reason = c.outputs.policy_violation()->message;
+      } else if (status == "exit") {
+        r.outcome = r.exit_code == 0 ? Outcome::kOk : Outcome::kError;
+        r.reason = "SystemExit(" + std::to_string(r.exit_code) + "); the session goes on";
+      } else {
+        r.outcome = Outcome::kError;
+        r.reason = c.outputs.error() ? c.outputs.error()->name + ": " + c.outputs.error()->value
+                                     : "error";
+      }
+      return r;
+    }
+
+    // The sandbox is gone: the first terminal cause wins.
+    if (session_cell) r.session_state = "lost";
+    if (failure && !kill_reason) {
+      r.outcome = Outcome::kSetupError;
+      r.setup_error = SetupErrorInfo{static_cast<SetupStep>(failure->step), failure->err, failure_text};
+      r.reason = failure_text;
+    } else if (kill_reason) {
+      r.outcome = *kill_reason;
+      r.signal = SIGKILL;
+      if (*kill_reason == Outcome::kTimeout) {
+        r.reason = "wall-clock timeout of " +
+                   FormatSeconds(cell ? cell->spec.timeout_s : limits.wall_timeout_s);
+        if (cell && cell->timed_out) r.reason += ": the interrupt went unanswered, the sandbox was killed";
+      } else if (*kill_reason == Outcome::kCpuLimit) {
+        r.reason = "cpu-time limit of " + FormatSeconds(limits.cpu_time_s);
+      } else if (*kill_reason == Outcome::kCancelled) {
+        r.reason = "cancelled: the caller went away";
+      } else if (*kill_reason == Outcome::kOutputLimit) {
+        r.reason = r.outputs_truncated
+                       ? "rich outputs passed " + FormatSize(kCellFrameBudget) + " or " +
+                             std::to_string(kMaxOutputsPerCell) + " outputs"
+                       : "output passed " + FormatSize(limits.output_bytes) + " on " +
+                             (r.stdout_truncated ? "stdout" : "stderr");
+      }
+    } else if (protocol_error) {
+      r.outcome = Outcome::kProtocolError;
+      r.signal = SIGKILL;
+      r.reason = *protocol_error;
+    } else if (cell && cell->outputs.reply_status() == "policy_violation" &&
+               cell->outputs.policy_violation()) {
+      r.outcome = Outcome::kPolicyViolation;
+      r.exit_code = worker_status && WIFEXITED(*worker_status) ? WEXITSTATUS(*worker_status) : -1;
+      r.reason = cell->outputs.policy_violation()->message;
+    } else if (worker_status) {
+      const int ws = *worker_status;
+      if (WIFEXITED(ws)) {
+        r.exit_code = WEXITSTATUS(ws);
+        r.outcome = r.exit_code == 0 ? Outcome::kOk : Outcome::kError;
+        r.reason = r.exit_code == 0 ? "exited 0" : "exited " + std::to_string(r.exit_code);
+        if (r.exit_code != 0 && r.error) r.reason = r.error->name + ": " + r.error->value;
+        if (session_cell) r.reason += " (the interpreter exited: the session ended)";
+      } else if (WIFSIGNALED(ws)) {
+        r.signal = WTERMSIG(ws);
+        const bool cpu_spent = r.cpu_ms >= limits.cpu_time_s * 1e3;
+        if (r.signal == SIGSYS) {
+          r.outcome = Outcome::kPolicyViolation;
+          r.reason = "killed by seccomp (a forbidden system call ABI)";
+        } else if (r.signal == SIGKILL && r.oom_kills > 0) {
+          r.outcome = Outcome::kMemoryLimit;
+          r.reason = "out of memory: limit " + FormatSize(limits.memory_bytes);
+        } else if (r.signal == SIGXCPU || (r.signal == SIGKILL && cpu_spent)) {
+          r.outcome = Outcome::kCpuLimit;
+          r.reason = "cpu-time limit of " + FormatSeconds(limits.cpu_time_s) + " (RLIMIT_CPU)";
+        } else {
+          r.outcome = Outcome::kSignaled;
+          r.reason = std::string("killed by signal ") + std::to_string(r.signal);
+        }
+      }
+    } else if (r.oom_kills > 0) {
+      r.outcome = Outcome::kMemoryLimit;
+      r.signal = SIGKILL;
+      r.reason = "out of memory: limit " + FormatSize(limits.memory_bytes);
+    } else {
+      r.outcome = Outcome::kSetupError;
+      std::string why = WIFSIGNALED(init_status)
+                            ? "killed by signal " + std::to_string(WTERMSIG(init_status))
+                            : "exited " + std::to_string(WEXITSTATUS(init_status));
+      r.setup_error = SetupErrorInfo{SetupStep::kNone, 0, "the sandbox's pid 1 " + why +
+                                                              " without reporting the program's status"};
+      r.reason = r.setup_error->message;
+    }
+    return r;
+  }
+};
+
+Sandbox::Sandbox(std::unique_ptr<State> state) : s_(std::move(state)) {}
+Sandbox::~Sandbox() = default;
+
+Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
+                                                 const policy::SandboxPolicy& policy,
+                                                 const LaunchOptions& options) {
+  auto st = std::make_unique<State>();
+  State& s = *st;
+  s.t_start = Clock::now();
+  s.host = &host;
+  s.pol = policy;
+  s.limits = policy.limits();
+  const policy::Limits& limits = s.limits;
+
+  // --- Requirements: refuse, with doctor's reason, rather than run unprotected.
+  const bool have_cgroup =
+      host.cgroups != nullptr && host.cgroups->mode() != isolation::CgroupMode::kNone;
+  if (!have_cgroup && policy.cgroup() == policy::Requirement::kRequired) {
+    return FailedPrecondition("the policy requires cgroup limits and this host gives none: " +
+                              (host.cgroups ? host.cgroups->reason() : std::string("not detected")) +
+                              " (see `kiln doctor`)");
+  }
+  if (!host.landlock && policy.landlock() == policy::Requirement::kRequired) {
+    return FailedPrecondition("the policy requires Landlock: " + host.landlock_error +
+                              " (see `kiln doctor`)");
+  }
+
+  // v1: begin the slow first cgroup attach now, so its RCU grace period
+  // overlaps planning, clone and the child's setup (host.h).
+  s.warm_up = !options.warm_up_started && host.cgroups &&
+                      host.cgroups->mode() == isolation::CgroupMode::kV1 &&
+                      policy.cgroup() == policy::Requirement::kRequired
+                  ? StartCgroupWarmUp(host)
+                  : 0;
+
+  // --- Plan: everything the child needs, before clone (P4).
+  isolation::MountLayout layout;
+  layout.inside_uid = isolation::kInsideUid;
+  layout.inside_gid = isolation::kInsideGid;
+  layout.workspace_bytes = limits.workspace_bytes;
+  layout.tmp_bytes = limits.tmp_bytes;
+  layout.shm_bytes = limits.shm_bytes;
+  uint64_t input_total = 0;
+  for (const auto& f : policy.input_files()) {
+    if (f.content) {
+      // Given by content (API requests): the child copies from a memfd.
+      UniqueFd fd(::memfd_create("kiln-input", MFD_CLOEXEC));
+      if (!fd) return ErrnoError("memfd_create");
+      if (sys::WriteAll(fd.get(), f.content->data(), f.content->size()) != 0) {
+        return ErrnoError("write input file " + f.name);
+      }
+      input_total += f.content->size();
+      layout.workspace_files.push_back({fd.get(), f.name});
+      s.keep_fds.push_back(std::move(fd));
+      continue;
+    }
+    UniqueFd fd(::open(f.host_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
+    if (!fd) return ErrnoError("file: cannot open '" + f.host_path + "'");
+    struct stat info {};
+    if (::fstat(fd.get(), &info) != 0 || !S_ISREG(info.st_mode)) {
+      return InvalidArgument("file: '" + f.host_path + "' is not a regular file");
+    }
+    input_total += static_cast<uint64_t>(info.st_size);
+    layout.workspace_files.push_back({fd.get(), f.name});
+    s.keep_fds.push_back(std::move(fd));
+  }
+  if (input_total > limits.workspace_bytes) {
+    return InvalidArgument("file: the input files (" + FormatSize(input_total) +
+                           ") do not fit the workspace (--disk " +
+                           FormatSize(limits.workspace_bytes) + ")");
+  }
+  {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(fs::path(host.cache_dir) / "matplotlib", ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("fontlist-", 0) != 0 || e.path().extension() != ".json") continue;
+      UniqueFd fd(::open(e.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+      if (!fd) continue;
+      layout.mpl_cache_files.push_back({fd.get(), name});
+      s.keep_fds.push_back(std::move(fd));
+    }
+  }
+  // The runtime directory is detached by open_tree in the child before the
+  // staging root covers /tmp, so it may live anywhere (mount_ns.h).
+  layout.runtime_dir = host.runtime_dir;
+  layout.extra_ro_paths = policy.extra_ro_mounts();
+  KILN_ASSIGN_OR_RETURN(s.mounts, isolation::BuildMountPlan(layout));
+
+  KILN_ASSIGN_OR_RETURN(isolation::UidSlot slot, isolation::UidSlot::Acquire(host.slot_lock_dir));
+  s.slot.emplace(std::move(slot));
+
+  s.argv.Add(policy.interpreter());
+  s.argv.Add("-I");  // isolated: no PYTHON* variables, no user site, no cwd on sys.path
+  // No site: half of the interpreter's start (.pth files run code, and some
+  // are host-specific); the launcher sets Debian's dist-packages path itself.
+  s.argv.Add("-S");
+  s.argv.Add("-B");  // the tree is read-only; never try to write .pyc files
+  s.argv.Add(std::string(isolation::kRuntimeMountPath) + "/kiln_runtime/launch.py");
+  if (!policy.preload().empty()) {
+    std::string list;
+    for (const auto& m : policy.preload()) list += (list.empty() ? "" : ",") + m;
+    s.argv.Add("--preload");
+    s.argv.Add(list);
+  }
+  for (auto& e : SandboxEnvironment(policy.limits().cpus, options.env)) s.envp.Add(std::move(e));
+
+  int sp[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) return ErrnoError("socketpair");
+  s.sync_parent.Reset(sp[0]);
+  UniqueFd sync_child(sp[1]);
+  const int one = 1;
+  if (::setsockopt(s.sync_parent.get(), SOL_SOCKET, SO_PASSCRED, &one, sizeof one) != 0) {
+    return ErrnoError("setsockopt SO_PASSCRED");
+  }
+  // The runtime channel (docs/protocol.md section 2): fd 3 of the worker.
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) return ErrnoError("socketpair");
+  s.rt_parent.Reset(sp[0]);
+  UniqueFd rt_child(sp[1]);
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return ErrnoError("pipe2");
+  s.out_r.Reset(p[0]);
+  UniqueFd out_w(p[1]);
+  if (::pipe2(p, O_CLOEXEC) != 0) return ErrnoError("pipe2");
+  s.err_r.Reset(p[0]);
+  UniqueFd err_w(p[1]);
+  KILN_TRY(SetNonBlocking(s.rt_parent.get()));
+  KILN_TRY(SetNonBlocking(s.out_r.get()));
+  KILN_TRY(SetNonBlocking(s.err_r.get()));
+
+  child::ChildPlan plan;
+  plan.sync_fd = sync_child.get();
+  plan.code_fd = rt_child.get();
+  plan.stdout_fd = out_w.get();
+  plan.stderr_fd = err_w.get();
+  plan.drop_groups = s.slot->privileged();
+  plan.mount_ops = s.mounts.ops().data();
+  plan.mount_count = s.mounts.ops().size();
+  plan.new_root = s.mounts.new_root();
+  plan.hostname = s.pol->hostname().c_str();
+  plan.last_cap = host.last_cap;
+  if (host.landlock) plan.landlock = *host.landlock;
+  plan.seccomp = host.seccomp.data();
+  plan.seccomp_length = host.seccomp.size();
+  plan.exec_path = s.pol->interpreter().c_str();
+  plan.argv = s.argv.Finish();
+  plan.envp = s.envp.Finish();
+  plan.cwd = isolation::kWorkspacePath;
+  s.t_planned = Clock::now();
+  s.phases.plan_ms = Ms(s.t_start, s.t_planned);
+
+  // --- cgroup. v2: before clone, which starts the child inside it. v1 (when
+  // required): after clone, while the child builds its root; the worker is
+  // attached later (ADR 0004). Best effort: a cgroup we may not create means
+  // the rlimit fallback, said out loud.
+  const bool required = policy.cgroup() == policy::Requirement::kRequired;
+  const bool create_after_clone =
+      have_cgroup && required && host.cgroups->mode() == isolation::CgroupMode::kV1;
+  s.use_cgroup = have_cgroup;
+  State* sp_state = &s;
+  auto create_cgroup = [sp_state, &host, &limits]() -> Status {
+    KILN_ASSIGN_OR_RETURN(sp_state->cgroup,
+                          host.cgroups->Create(UniqueCgroupName(),
+                                               {limits.memory_bytes, limits.pids, limits.cpus}));
+    return OkStatus();
+  };
+  if (have_cgroup && !create_after_clone) {
+    Status created = create_cgroup();
+    if (!created.ok()) {
+      if (required) return std::move(created).error();
+      s.use_cgroup = false;
+      KILN_LOG_WARN("cannot create a cgroup here ({}); using rlimits (RLIMIT_DATA, RLIMIT_NPROC)",
+                    created.error().ToString());
+    }
+  } else if (!have_cgroup) {
+    KILN_LOG_WARN("no cgroup limits on this host ({}); using rlimits (RLIMIT_DATA, RLIMIT_NPROC)",
+                  host.cgroups ? host.cgroups->reason() : "not detected");
+  }
+  s.limits_backend = s.use_cgroup ? std::string("cgroup ") +
+                                        std::string(isolation::ToString(host.cgroups->mode()))
+                                  : "rlimits";
+  // Without a cgroup, RLIMIT_CPU is the only cpu limit: a session's stays
+  // one cell's.
+  const double rlimit_cpu =
+      options.rlimit_cpu_s && s.use_cgroup ? *options.rlimit_cpu_s : limits.cpu_time_s;
+  plan.rlimits = isolation::BuildRlimitPlan(
+      {limits.open_files, limits.workspace_bytes, rlimit_cpu, !s.use_cgroup, limits.memory_bytes,
+       limits.pids});
+  s.t_cgroup = Clock::now();
+  s.phases.cgroup_ms = Ms(s.t_planned, s.t_cgroup);
+
+  // --- clone3 into every namespace at once.
+  int pidfd = -1;
+  clone_args args{};
+  args.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
+               CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD;
+  args.pidfd = sys::PointerToU64(&pidfd);
+  args.exit_signal = SIGCHLD;
+  if (s.cgroup && s.cgroup->clone_into_fd() >= 0) {
+    args.flags |= CLONE_INTO_CGROUP;
+    args.cgroup = static_cast<uint64_t>(s.cgroup->clone_into_fd());
+  }
+  const pid_t pid = sys::Clone3(&args);
+  if (pid == 0) child::RunChild(plan);  // never returns
+  if (pid < 0) {
+    const int e = errno;
+    std::string hint;
+    if (e == EPERM || e == ENOSPC || e == EUSERS) {
+      hint = " (user namespaces may be disabled or exhausted: see `kiln doctor`)";
+    }
+    return ErrnoError("clone3 into new namespaces" + hint, e, SetupStep::kClone);
+  }
+  // From here the State's destructor kills and reaps the sandbox on any error.
+  s.pid = pid;
+  s.pidfd.Reset(pidfd);
+  sync_child.Reset();
+  rt_child.Reset();
+  out_w.Reset();
+  err_w.Reset();
+  s.keep_fds.clear();  // the child has its copies
+  s.t_cloned = Clock::now();
+  s.phases.clone_ms = Ms(s.t_cgroup, s.t_cloned);
+
+  KILN_TRY(isolation::WriteIdMapsFromParent(pid, *s.slot));
+  {
+    SyncMessage go{};
+    go.tag = SyncTag::kMapsWritten;
+    if (::send(s.sync_parent.get(), &go, sizeof go, MSG_NOSIGNAL) != sizeof go) {
+      return ErrnoError("send to the sandbox's setup channel", errno, SetupStep::kUserMaps);
+    }
+  }
+  s.t_maps = Clock::now();
+  s.phases.maps_ms = Ms(s.t_cloned, s.t_maps);
+  if (create_after_clone) {
+    const auto t0 = Clock::now();
+    KILN_TRY(create_cgroup());
+    s.phases.cgroup_ms = Ms(t0, Clock::now());
+  }
+  s.setup_deadline = s.t_maps + kSetupTimeout;
+  return std::unique_ptr<Sandbox>(new Sandbox(std::move(st)));
+}
+
+Result<std::unique_ptr<Sandbox>> Sandbox::Adopt(const HostContext& host,
+                                                const policy::SandboxPolicy& policy,
+                                                AdoptedSandbox adopted) {
+  AdoptedSandbox& a = adopted;
+  if (!a.cgroup || !a.sync || !a.runtime || !a.out || !a.err || !a.workspace || !a.init_pidfd ||
+      a.init_pid <= 0 || host.cgroups == nullptr) {
+    return InvalidArgument("an adopted sandbox needs its cgroup and every fd");
+  }
+  auto st = std::make_unique<State>();
+  State& s = *st;
+  s.t_start = Clock::now();
+  s.host = &host;
+  s.pol = policy;
+  s.limits = policy.limits();
+  s.adopted = true;
+  s.adopted_uid = a.host_uid;
+  s.use_cgroup = true;
+  s.limits_backend = "cgroup " + std::string(isolation::ToString(host.cgroups->mode()));
+  s.pid = a.init_pid;
+  s.pidfd = std::move(a.init_pidfd);
+  if (a.worker_pid > 0) s.worker_pidfd.Reset(sys::PidfdOpen(a.worker_pid, 0));
+  s.sync_parent = std::move(a.sync);
+  s.rt_parent = std::move(a.runtime);
+  s.out_r = std::move(a.out);
+  s.err_r = std::move(a.err);
+  s.workspace_fd = std::move(a.workspace);
+  s.cgroup = std::move(a.cgroup);
+  s.attached = true;  // the pool attached it before its worker existed
+  // The input files go in through the workspace fd, owned by the sandbox's
+  // uid, before any line of the program runs.
+  if (!policy.input_files().empty()) {
+    KILN_ASSIGN_OR_RETURN(ScopedFsIds ids, ScopedFsIds::Enter(a.host_uid, a.host_uid));
+    const WorkspaceCaps caps{s.limits.workspace_bytes, s.limits.workspace_bytes};
+    for (const auto& f : policy.input_files()) {
+      std::string bytes;
+      if (f.content) {
+        bytes = *f.content;
+      } else {
+        UniqueFd fd(::open(f.host_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
+        struct stat st_buf {};
+        if (!fd) return ErrnoError("file: cannot open '" + f.host_path + "'");
+        if (::fstat(fd.get(), &st_buf) != 0 || !S_ISREG(st_buf.st_mode)) {
+          return InvalidArgument("file: '" + f.host_path + "' is not a regular file");
+        }
+        char buf[65536];
+        ssize_t n;
+        while ((n = ::read(fd.get(), buf, sizeof buf)) > 0) bytes.append(buf, static_cast<size_t>(n));
+        if (n < 0) return ErrnoError("read '" + f.host_path + "'");
+      }
+      KILN_TRY(WriteFileBeneath(s.workspace_fd.get(), f.name, bytes, caps, a.host_uid, a.host_uid));
+    }
+  }
+  s.t_planned = s.t_cgroup = s.t_cloned = s.t_maps = s.t_workspace = s.t_worker = s.t_attached =
+      Clock::now();
+  s.phases.plan_ms = Ms(s.t_start, s.t_maps);
+  s.setup_deadline = s.t_maps + kSetupTimeout;
+  return std::unique_ptr<Sandbox>(new Sandbox(std::move(st)));
+}
+
+bool Sandbox::WaitReady(const Waiters& waiters) {
+  State& s = *s_;
+  while (!(s.hello && s.attached) && !s.dead()) {
+    Status polled = s.Pump(s.NextWake(), waiters);
+    if (!polled.ok()) {
+      s.failure_text = polled.error().ToString();
+      s.failure = SyncMessage{SyncTag::kFailure, 0, 0, polled.error().sys_errno, -1, 0};
+      s.Kill(std::nullopt);
+      break;
+    }
+    if (!(s.hello && s.attached) && !s.dead() && Clock::now() >= s.setup_deadline) {
+      s.failure = SyncMessage{SyncTag::kFailure, static_cast<uint8_t>(SetupStep::kStartProgram), 0,
+                              ETIMEDOUT, -1, 0};
+      s.failure_text = "the sandbox did not become ready within " +
+                       std::to_string(kSetupTimeout.count()) + " s";
+      s.Kill(std::nullopt);
+    }
+  }
+  FinishCgroupWarmUp(s.warm_up);
+  s.warm_up = 0;
+  if (s.dead()) {
+    s.Teardown();
+    death_reason_ = s.CellResult(false).reason;
+    return false;
+  }
+  return true;
+}
+
+ExecutionResult Sandbox::RunCell(const CellSpec& spec, const Waiters& waiters, const EventSink& sink) {
+  State& s = *s_;
+  ++s.cells_started;
+  s.cell.emplace(spec, s.pol->display_limits(), s.cells_started);
+  s.cell->sink = &sink;
+  s.emitted_outputs = 0;
+  if (s.dead()) {
+    ExecutionResult r = s.CellResult(false);
+    s.cell->sink = nullptr;
+    return r;
+  }
+  s.SendCell();
+  const bool last = spec.last;
+  // A cell ends with its reply (sessions) or with the sandbox (one-shot).
+  while (!s.init_exited && (last || !s.cell->outputs.replied())) {
+    Status polled = s.Pump(s.NextWake(), waiters);
+    if (!polled.ok()) {
+      s.Violate("the supervisor's poll failed: " + polled.error().ToString());
+      break;
+    }
+    s.CheckCellLimits();
+  }
+  ExecutionResult r;
+  if (last) {
+    s.cell->sink = nullptr;
+    return r;  // Finish() gives the final result
+  }
+  if (s.dead()) {
+    s.Teardown();
+    r = s.CellResult(false);
+    death_reason_ = r.reason;
+  } else {
+    r = s.CellResult(false);
+  }
+  r.limits_backend = s.limits_backend;
+  s.cell->sink = nullptr;
+  return r;
+}
+
+bool Sandbox::Interrupt() {
+  State& s = *s_;
+  if (!s.cell || s.cell->outputs.replied() || s.dead()) return false;
+  s.cell->interrupted = true;
+  s.SignalWorker(SIGINT);
+  return true;
+}
+
+bool Sandbox::CheckAlive() {
+  State& s = *s_;
+  if (s.dead()) return false;
+  pollfd pf{s.pidfd.get(), POLLIN, 0};
+  if (::poll(&pf, 1, 0) > 0) {
+    s.init_exited = true;
+    s.Teardown();
+    s.cell.reset();
+    ExecutionResult r = s.CellResult(false);
+    death_reason_ = "the sandbox ended between cells: " + r.reason;
+    return false;
+  }
+  return true;
+}
+
+std::vector<int> Sandbox::IdleFds() const { return {s_->pidfd.get()}; }
+
+bool Sandbox::alive() const { return !s_->dead(); }
+
+int Sandbox::workspace_fd() const { return s_->workspace_fd ? s_->workspace_fd.get() : -1; }
+
+uid_t Sandbox::outer_uid() const { return s_->slot ? s_->slot->outer_uid() : s_->adopted_uid; }
+gid_t Sandbox::outer_gid() const { return s_->slot ? s_->slot->outer_gid() : s_->adopted_uid; }
+
+std::optional<uint64_t> Sandbox::MemoryInUse() {
+  if (!s_->cgroup) return std::nullopt;
+  auto usage = s_->cgroup->Usage();
+  if (!usage.ok() || !usage->has_memory_current) return std::nullopt;
+  return usage->memory_current;
+}
+
+const policy::SandboxPolicy& Sandbox::policy() const { return *s_->pol; }
+
+ExecutionResult Sandbox::Finish(const FinishOptions& options) {
+  State& s = *s_;
+  s.Teardown();
+  ExecutionResult r = s.CellResult(true);
+  if (s.cgroup) {
+    Status killed_rest = s.cgroup->KillAll();
     if (!killed_rest.ok()) KILN_LOG_WARN("cgroup kill: {}", killed_rest.error().ToString());
   }
-
-  if (options.collect_dir && workspace_fd) {
-    auto collected = CollectWorkspace(workspace_fd.get(), *options.collect_dir, CollectLimits{},
+  if (options.collect_dir && s.workspace_fd) {
+    auto collected = CollectWorkspace(s.workspace_fd.get(), *options.collect_dir, CollectLimits{},
                                       options.collect_only);
     // A failed copy-out must not lose the run's result: report it beside it.
     if (!collected.ok()) {
@@ -786,11 +1167,11 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
       r.collect_skipped = std::move(collected->skipped);
     }
   }
-  if (options.return_files && workspace_fd) {
+  if (options.return_files && s.workspace_fd) {
     std::vector<FileContent> files;
     CollectLimits lim;
     lim.max_total_bytes = 64ULL << 20;
-    auto got = CollectWorkspaceToMemory(workspace_fd.get(), lim, *options.return_files, &files);
+    auto got = CollectWorkspaceToMemory(s.workspace_fd.get(), lim, *options.return_files, &files);
     if (!got.ok()) {
       r.collect_error = got.error().ToString();
     } else {
@@ -798,99 +1179,64 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
       for (auto& f : files) r.returned_files.push_back({std::move(f.path), std::move(f.content)});
     }
   }
-  if (cgroup) {
-    Status removed = cgroup->Remove();
+  if (s.cgroup) {
+    Status removed = s.cgroup->Remove();
     if (!removed.ok()) KILN_LOG_WARN("cgroup remove: {}", removed.error().ToString());
+    s.cgroup.reset();
   }
-
-  r.outputs = cell.outputs();
-  r.error = cell.error();
-  r.execution_count = cell.execution_count();
-  r.outputs_dropped = cell.dropped();
-  r.policy_violation = cell.policy_violation();
-
-  // --- The outcome: the first terminal cause wins.
-  r.duration_ms = program_sent ? Ms(t_sent, t_exit) : 0;
-  if (failure && !kill_reason) {
-    r.outcome = Outcome::kSetupError;
-    r.setup_error = SetupErrorInfo{static_cast<SetupStep>(failure->step), failure->err, failure_text};
-    r.reason = failure_text;
-  } else if (kill_reason) {
-    r.outcome = *kill_reason;
-    r.signal = SIGKILL;
-    if (*kill_reason == Outcome::kTimeout) {
-      r.reason = "wall-clock timeout of " + FormatSeconds(limits.wall_timeout_s);
-    } else if (*kill_reason == Outcome::kCpuLimit) {
-      r.reason = "cpu-time limit of " + FormatSeconds(limits.cpu_time_s);
-    } else if (*kill_reason == Outcome::kCancelled) {
-      r.reason = "cancelled: the caller went away";
-    } else if (*kill_reason == Outcome::kOutputLimit) {
-      r.reason = r.outputs_truncated
-                     ? "rich outputs passed " + FormatSize(kCellFrameBudget) + " or " +
-                           std::to_string(kMaxOutputsPerCell) + " outputs"
-                     : "output passed " + FormatSize(limits.output_bytes) + " on " +
-                           (r.stdout_truncated ? "stdout" : "stderr");
-    }
-  } else if (protocol_error) {
-    r.outcome = Outcome::kProtocolError;
-    r.signal = SIGKILL;
-    r.reason = *protocol_error;
-  } else if (cell.reply_status() == "policy_violation" && cell.policy_violation()) {
-    const auto& v = *cell.policy_violation();
-    r.outcome = Outcome::kPolicyViolation;
-    r.exit_code = worker_status && WIFEXITED(*worker_status) ? WEXITSTATUS(*worker_status) : -1;
-    r.reason = v.message;
-  } else if (worker_status) {
-    const int ws = *worker_status;
-    if (WIFEXITED(ws)) {
-      r.exit_code = WEXITSTATUS(ws);
-      r.outcome = r.exit_code == 0 ? Outcome::kOk : Outcome::kError;
-      r.reason = r.exit_code == 0 ? "exited 0" : "exited " + std::to_string(r.exit_code);
-      if (r.exit_code != 0 && cell.error()) {
-        r.reason = cell.error()->name + ": " + cell.error()->value;
-      }
-    } else if (WIFSIGNALED(ws)) {
-      r.signal = WTERMSIG(ws);
-      const bool cpu_spent = r.cpu_ms >= limits.cpu_time_s * 1e3;
-      if (r.signal == SIGSYS) {
-        r.outcome = Outcome::kPolicyViolation;
-        r.reason = "killed by seccomp (a forbidden system call ABI)";
-      } else if (r.signal == SIGKILL && r.oom_kills > 0) {
-        r.outcome = Outcome::kMemoryLimit;
-        r.reason = "out of memory: limit " + FormatSize(limits.memory_bytes);
-      } else if (r.signal == SIGXCPU || (r.signal == SIGKILL && cpu_spent)) {
-        r.outcome = Outcome::kCpuLimit;
-        r.reason = "cpu-time limit of " + FormatSeconds(limits.cpu_time_s) + " (RLIMIT_CPU)";
-      } else {
-        r.outcome = Outcome::kSignaled;
-        r.reason = std::string("killed by signal ") + std::to_string(r.signal);
-      }
-    }
-  } else if (r.oom_kills > 0) {
-    r.outcome = Outcome::kMemoryLimit;
-    r.signal = SIGKILL;
-    r.reason = "out of memory: limit " + FormatSize(limits.memory_bytes);
-  } else {
-    r.outcome = Outcome::kSetupError;
-    std::string why = WIFSIGNALED(init_status)
-                          ? "killed by signal " + std::to_string(WTERMSIG(init_status))
-                          : "exited " + std::to_string(WEXITSTATUS(init_status));
-    r.setup_error = SetupErrorInfo{SetupStep::kNone, 0, "the sandbox's pid 1 " + why +
-                                                            " without reporting the program's status"};
-    r.reason = r.setup_error->message;
-  }
-
   const auto t_end = Clock::now();
   auto since = [](Clock::time_point a, Clock::time_point b) {
     return a.time_since_epoch().count() && b.time_since_epoch().count() ? Ms(a, b) : 0.0;
   };
-  r.phases.child_setup_ms = since(t_maps, t_workspace);
-  r.phases.exec_ms = since(t_workspace, t_worker);
-  r.phases.attach_ms = since(t_worker, t_attached);
-  r.phases.start_ms = since(t_worker, t_sent);
-  r.phases.run_ms = since(t_sent, t_exit);
-  r.phases.teardown_ms = Ms(t_exit, t_end);
+  PhaseTimes& ph = s.phases;
+  ph.child_setup_ms = since(s.t_maps, s.t_workspace);
+  ph.exec_ms = since(s.t_workspace, s.t_worker);
+  ph.attach_ms = since(s.t_worker, s.t_attached);
+  const Clock::time_point t_sent = s.cell ? s.cell->t_sent : Clock::time_point{};
+  ph.start_ms = since(s.t_worker, t_sent);
+  ph.run_ms = since(t_sent, s.t_exit);
+  ph.teardown_ms = Ms(s.t_exit, t_end);
+  r.phases = ph;
+  if (s.cell && s.cell->spec.last) {
+    r.duration_ms = since(t_sent, s.t_exit);
+  }
+  if (death_reason_.empty()) death_reason_ = r.reason.empty() ? "finished" : r.reason;
   return r;
+}
+
+Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::SandboxPolicy& policy,
+                                     const Program& program, const RunOptions& options) {
+  if (program.source.size() > kMaxProgramBytes) {
+    return InvalidArgument("program: larger than " + FormatSize(kMaxProgramBytes));
+  }
+  LaunchOptions launch;
+  launch.env = program.env;
+  launch.warm_up_started = options.warm_up_started;
+  std::unique_ptr<Sandbox> sandbox;
+  if (options.adopt != nullptr) {
+    if (!program.env.empty()) {
+      return FailedPrecondition("a pooled sandbox's environment is its zygote's");
+    }
+    KILN_ASSIGN_OR_RETURN(sandbox, Sandbox::Adopt(host, policy, std::move(*options.adopt)));
+  } else {
+    KILN_ASSIGN_OR_RETURN(sandbox, Sandbox::Launch(host, policy, launch));
+  }
+  Waiters waiters;
+  waiters.cancel_fd = options.cancel_fd;
+  if (sandbox->WaitReady(waiters)) {
+    CellSpec cell;
+    cell.code = program.source;
+    cell.filename = program.filename;
+    cell.timeout_s = policy.limits().wall_timeout_s;
+    cell.last = true;
+    const EventSink sink = options.on_event ? EventSink(options.on_event) : EventSink();
+    (void)sandbox->RunCell(cell, waiters, sink);
+  }
+  Sandbox::FinishOptions finish;
+  finish.collect_dir = options.collect_dir;
+  finish.collect_only = options.collect_only;
+  finish.return_files = options.return_files;
+  return sandbox->Finish(finish);
 }
 
 Status EnsureFontCache(const HostContext& host) {

@@ -132,6 +132,9 @@ Result<Profile> ParseProfile(const std::string& source, const std::string& name,
       KILN_ASSIGN_OR_RETURN(p.max_images, CountValue(source, node, full));
     } else if (key == "max_image_bytes") {
       KILN_ASSIGN_OR_RETURN(p.max_image_bytes, SizeValue(source, node, full));
+    } else if (key == "pool") {
+      if (!node.is_boolean()) return KeyError(source, node, full, "must be true or false");
+      p.pool = *node.value<bool>();
     } else if (key == "defaults" || key == "max") {
       const toml::table* sub = node.as_table();
       if (sub == nullptr) return KeyError(source, node, full, "must be a table");
@@ -140,7 +143,7 @@ Result<Profile> ParseProfile(const std::string& source, const std::string& name,
     } else {
       return KeyError(source, node, full,
                       "unknown key (known: interpreter, preload, import_policy, modules, mounts, "
-                      "max_images, max_image_bytes, defaults, max)");
+                      "max_images, max_image_bytes, pool, defaults, max)");
     }
   }
   if (mode == "denylist") {
@@ -203,6 +206,34 @@ Result<ServerConfig> ParseServer(const std::string& source, const toml::table& t
   return c;
 }
 
+Result<PoolConfig> ParsePool(const std::string& source, const toml::table& t) {
+  PoolConfig c;
+  for (const auto& [k, node] : t) {
+    const std::string key(k.str());
+    const std::string full = "pool." + key;
+    if (key == "enabled") {
+      if (!node.is_boolean()) return KeyError(source, node, full, "must be true or false");
+      c.enabled = *node.value<bool>();
+    } else if (key == "min" || key == "max") {
+      KILN_ASSIGN_OR_RETURN(uint64_t v, CountValue(source, node, full));
+      if (v > 512) return KeyError(source, node, full, "must be at most 512");
+      (key == "min" ? c.min : c.max) = static_cast<int>(v);
+    } else if (key == "target_wait") {
+      KILN_ASSIGN_OR_RETURN(double v, NumberValue(source, node, full));
+      if (!(v > 0) || !(v < 1)) return KeyError(source, node, full, "must be between 0 and 1 (exclusive)");
+      c.target_wait = v;
+    } else if (key == "preload") {
+      KILN_ASSIGN_OR_RETURN(c.preload, StringList(source, node, full));
+    } else {
+      return KeyError(source, node, full, "unknown key (known: enabled, min, max, target_wait, preload)");
+    }
+  }
+  if (c.max < 1 || c.min > c.max) {
+    return KeyError(source, t, "pool", "needs 1 <= max and min <= max");
+  }
+  return c;
+}
+
 Result<TenantConfig> ParseTenant(const std::string& source, const std::string& name, const toml::table& t) {
   TenantConfig c;
   for (const auto& [k, node] : t) {
@@ -255,6 +286,12 @@ Result<Config> ParseConfig(std::string_view text, std::string source) {
       KILN_ASSIGN_OR_RETURN(c.server, ParseServer(source, *t));
       continue;
     }
+    if (key == "pool") {
+      const toml::table* t = node.as_table();
+      if (t == nullptr) return KeyError(source, node, key, "must be a table");
+      KILN_ASSIGN_OR_RETURN(c.pool, ParsePool(source, *t));
+      continue;
+    }
     if (key == "tenants") {
       const toml::table* t = node.as_table();
       if (t == nullptr) return KeyError(source, node, key, "must be a table of tenants");
@@ -266,7 +303,7 @@ Result<Config> ParseConfig(std::string_view text, std::string source) {
       }
       continue;
     }
-    if (key != "profiles") return KeyError(source, node, key, "unknown key (known: server, tenants, profiles)");
+    if (key != "profiles") return KeyError(source, node, key, "unknown key (known: server, pool, tenants, profiles)");
     const toml::table* profiles = node.as_table();
     if (profiles == nullptr) return KeyError(source, node, key, "must be a table of profiles");
     for (const auto& [pk, pnode] : *profiles) {

@@ -40,6 +40,7 @@ struct Profile {
   std::optional<uint64_t> max_image_bytes;
   LimitSpec defaults;
   LimitSpec max;
+  bool pool = true;  // `pool = false`: the server never uses a zygote for it
 };
 
 // Per-tenant admission limits ([tenants.NAME]; [tenants.default] applies to
@@ -67,10 +68,22 @@ struct ServerConfig {
   int max_connections = 512;
 };
 
+// [pool]: the warm pool of `kiln serve` (src/zygote, docs/adr/0009-zygote.md).
+// `kiln run` never uses it.
+struct PoolConfig {
+  bool enabled = true;    // false: every execution takes the cold path
+  int min = 1;            // sandboxes kept ready (or refilling) per profile, at least
+  int max = 8;            // ... and at most (Erlang C sizes it in between)
+  double target_wait = 0.05;  // P(a request finds no sandbox ready), the sizing's goal
+  // Imported by each zygote besides the profile's own preload list.
+  std::vector<std::string> preload = {"numpy", "pandas", "matplotlib"};
+};
+
 struct Config {
   std::string source;  // file name, or "built-in"
   std::map<std::string, Profile> profiles;
   ServerConfig server;
+  PoolConfig pool;
   std::map<std::string, TenantConfig> tenants;  // "default" always present
   Result<const Profile*> Find(std::string_view name) const;
   // The tenant's limits, or [tenants.default]'s.

@@ -126,5 +126,43 @@ burst = 200
   }
 }
 
+TEST(Config, Pool) {
+  const Config& b = BuiltinConfig();
+  EXPECT_TRUE(b.pool.enabled);
+  EXPECT_LE(b.pool.min, b.pool.max);
+  EXPECT_EQ(b.pool.preload, (std::vector<std::string>{"numpy", "pandas", "matplotlib"}));
+  auto c = ParseConfig(R"(
+[pool]
+enabled = false
+min = 2
+max = 12
+target_wait = 0.01
+preload = ["numpy"]
+[profiles.default]
+[profiles.quiet]
+pool = false
+)", "t.toml");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_FALSE(c->pool.enabled);
+  EXPECT_EQ(c->pool.min, 2);
+  EXPECT_EQ(c->pool.max, 12);
+  EXPECT_DOUBLE_EQ(c->pool.target_wait, 0.01);
+  EXPECT_EQ(c->pool.preload, std::vector<std::string>{"numpy"});
+  EXPECT_TRUE(c->profiles.at("default").pool);
+  EXPECT_FALSE(c->profiles.at("quiet").pool);
+  for (const char* bad : {"[pool]\nenabled = 1\n[profiles.default]\n",
+                          "[pool]\nmin = 5\nmax = 2\n[profiles.default]\n",
+                          "[pool]\nmax = 0\n[profiles.default]\n",
+                          "[pool]\ntarget_wait = 1.5\n[profiles.default]\n",
+                          "[pool]\nsize = 3\n[profiles.default]\n",
+                          "[profiles.default]\npool = \"yes\"\n"}) {
+    auto r = ParseConfig(bad, "t.toml");
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_NE(r.error().message.find("pool"), std::string::npos) << r.error().message;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln::config

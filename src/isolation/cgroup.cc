@@ -357,6 +357,10 @@ class CgroupV2 final : public Cgroup {
   }
 
   std::string Describe() const override { return "v2:" + dir_ + " (memory,pids,cpu)"; }
+  void Disown() override {
+    dir_fd_.Reset();
+    removed_ = true;
+  }
 
  private:
   std::shared_ptr<CgroupFs> fs_;
@@ -370,6 +374,23 @@ struct V1Dir {
   std::string path;
   std::vector<std::string> controllers;
 };
+
+// The directory of `name` in each v1 hierarchy; co-mounted controllers share one.
+std::vector<V1Dir> PlanV1Dirs(const std::vector<std::pair<std::string, std::string>>& parents,
+                              const std::string& name) {
+  std::vector<V1Dir> planned;
+  for (const auto& [controller, parent] : parents) {
+    std::string dir = JoinPath(parent, name);
+    auto same =
+        std::find_if(planned.begin(), planned.end(), [&](const V1Dir& d) { return d.path == dir; });
+    if (same != planned.end()) {
+      same->controllers.push_back(controller);
+    } else {
+      planned.push_back(V1Dir{dir, {controller}});
+    }
+  }
+  return planned;
+}
 
 class CgroupV1 final : public Cgroup {
  public:
@@ -468,6 +489,11 @@ class CgroupV1 final : public Cgroup {
       dirs_.pop_back();
     }
     return OkStatus();
+  }
+
+  void Disown() override {
+    removed_description_ = Describe();
+    dirs_.clear();
   }
 
   std::string Describe() const override {
@@ -989,19 +1015,32 @@ Result<std::unique_ptr<Cgroup>> CgroupManager::CreateV2(const std::string& name,
   return std::unique_ptr<Cgroup>(std::move(cg));
 }
 
+Result<std::unique_ptr<Cgroup>> CgroupManager::Adopt(std::string_view name) {
+  if (mode_ == CgroupMode::kNone) return FailedPrecondition("no usable cgroup hierarchy: " + reason_);
+  KILN_TRY(ValidateName(name));
+  const std::string n(name);
+  if (mode_ == CgroupMode::kV2) {
+    const std::string dir = JoinPath(v2_parent_, n);
+    if (!fs_->Exists(dir)) return MakeError(Code::kNotFound, "cgroup " + dir + " does not exist");
+    auto cg = std::make_unique<CgroupV2>(fs_, dir);
+    KILN_ASSIGN_OR_RETURN(UniqueFd fd, fs_->OpenDir(dir));
+    cg->set_dir_fd(std::move(fd));
+    return std::unique_ptr<Cgroup>(std::move(cg));
+  }
+  auto cg = std::make_unique<CgroupV1>(fs_);
+  for (auto& d : PlanV1Dirs(v1_parents_, n)) {
+    if (!fs_->Exists(d.path)) {
+      cg->Disown();  // not ours to remove
+      return MakeError(Code::kNotFound, "cgroup " + d.path + " does not exist");
+    }
+    cg->AddDir(std::move(d));
+  }
+  return std::unique_ptr<Cgroup>(std::move(cg));
+}
+
 Result<std::unique_ptr<Cgroup>> CgroupManager::CreateV1(const std::string& name,
                                                         const CgroupLimits& limits) {
-  std::vector<V1Dir> planned;
-  for (const auto& [controller, parent] : v1_parents_) {
-    std::string dir = JoinPath(parent, name);
-    auto same =
-        std::find_if(planned.begin(), planned.end(), [&](const V1Dir& d) { return d.path == dir; });
-    if (same != planned.end()) {
-      same->controllers.push_back(controller);
-    } else {
-      planned.push_back(V1Dir{dir, {controller}});
-    }
-  }
+  std::vector<V1Dir> planned = PlanV1Dirs(v1_parents_, name);
   auto cg = std::make_unique<CgroupV1>(fs_);
   for (auto& d : planned) {
     KILN_TRY(Tag(fs_->MakeDir(d.path), SetupStep::kCgroupCreate));

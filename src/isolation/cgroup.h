@@ -96,6 +96,10 @@ class Cgroup {
   virtual Status Remove() = 0;
   // Human-readable location, for logs and --json.
   virtual std::string Describe() const = 0;
+  // Forgets the directories without touching them: another process (the
+  // supervisor that took a pooled sandbox, through CgroupManager::Adopt)
+  // owns them now. Destruction then does nothing.
+  virtual void Disown() = 0;
 
  protected:
   Cgroup() = default;
@@ -142,6 +146,10 @@ class CgroupManager {
   // Errors name the directory or control file that failed (step kCgroupCreate);
   // a partly created cgroup is removed before returning. Thread-safe.
   Result<std::unique_ptr<Cgroup>> Create(std::string_view name, const CgroupLimits& limits);
+  // A Cgroup for `name`, made (and maybe populated) by another process of
+  // ours: the warm pool's, taken over by a supervisor. Nothing is created or
+  // written; kNotFound when it does not exist. It is removed like a created one.
+  Result<std::unique_ptr<Cgroup>> Adopt(std::string_view name);
 
   // Removes leftover sandbox cgroups under the parent: the children whose name
   // `is_stale` accepts (e.g. "sbx-<pid>-..." of a dead kiln) are emptied

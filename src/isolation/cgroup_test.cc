@@ -616,6 +616,42 @@ TEST_F(CgroupV1, KillAllFreezesKillsAndThaws) {
   EXPECT_EQ(states, (std::vector<std::string>{"FROZEN", "THAWED"}));
 }
 
+TEST_F(CgroupV1, DisownLeavesItAndAdoptTakesItOver) {
+  // The warm pool creates a sandbox's cgroup, disowns it when it hands the
+  // sandbox to a supervisor process, which adopts it by name and removes it.
+  auto manager = V1Manager();
+  auto made = manager->Create("sbx", TypicalLimits());
+  ASSERT_TRUE(made.ok()) << made.error().ToString();
+  (*made)->Disown();
+  made->reset();
+  EXPECT_TRUE(fs::exists(P("memory/kiln/sbx")));
+  auto adopted = manager->Adopt("sbx");
+  ASSERT_TRUE(adopted.ok()) << adopted.error().ToString();
+  WriteText(P("cpuacct/kiln/sbx/cpuacct.usage"), "7000\n");
+  auto usage = (*adopted)->Usage();
+  ASSERT_TRUE(usage.ok()) << usage.error().ToString();
+  EXPECT_EQ(usage->cpu_usec, 7u);
+  adopted->reset();  // removes it, like a created one
+  for (const char* c : {"memory", "pids", "cpu", "cpuacct", "freezer"}) {
+    EXPECT_FALSE(fs::exists(P(std::string(c) + "/kiln/sbx"))) << c;
+  }
+  EXPECT_EQ(manager->Adopt("sbx").error().code, Code::kNotFound);
+  EXPECT_FALSE(manager->Adopt("../x").ok());
+}
+
+TEST_F(CgroupV2, AdoptTakesItOver) {
+  auto manager = V2Manager();
+  auto made = manager->Create("sbx", TypicalLimits());
+  ASSERT_TRUE(made.ok()) << made.error().ToString();
+  (*made)->Disown();
+  made->reset();
+  auto adopted = manager->Adopt("sbx");
+  ASSERT_TRUE(adopted.ok()) << adopted.error().ToString();
+  EXPECT_GE((*adopted)->clone_into_fd(), 0);
+  ASSERT_TRUE((*adopted)->Remove().ok());
+  EXPECT_FALSE(fs::exists(P("unified/kiln/sbx")));
+}
+
 TEST_F(CgroupV1, LimitWithoutItsControllerFails) {
   fs_->AddV1Hierarchy(P("memory"), {"memory"});
   auto manager = CgroupManager::ForV1({{"memory", P("memory/kiln")}}, fs_);

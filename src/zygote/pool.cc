@@ -398,7 +398,7 @@ void Pool::Resize() {
     ready_.pop_front();
   }
   if (!zygote_ || !zygote_->ready()) return;
-  while (ready_.size() + pending_.size() < target_) {
+  while (ready_.size() + external_ready_ + pending_.size() < target_) {
     Status s = Request();
     if (!s.ok()) {
       KILN_LOG_WARN("pool {}: refill: {}", options_.zygote.profile, s.error().ToString());
@@ -541,6 +541,38 @@ std::optional<PooledChild> Pool::TryTake() {
   }
   ++stats_.misses;
   return std::nullopt;
+}
+
+std::optional<PooledChild> Pool::TakeForHandoff() {
+  if (ready_.empty()) return std::nullopt;
+  auto [c, slot] = std::move(ready_.front());
+  ready_.pop_front();
+  HandOut(c, slot);
+  ++external_ready_;  // until the owner says otherwise (set_external_ready)
+  return std::move(c);
+}
+
+void Pool::RecordArrival(bool took_one) {
+  rate_.Arrival(Clock::now());
+  if (!took_one) ++stats_.misses;
+}
+
+std::vector<int> Pool::WatchFds() const {
+  std::vector<int> fds;
+  if (zygote_) {
+    for (int fd : {zygote_->control_fd(), zygote_->setup_fd(), zygote_->log_fd(),
+                   zygote_->init_pidfd()}) {
+      if (fd >= 0) fds.push_back(fd);
+    }
+  }
+  for (const auto& z : retired_) fds.push_back(z->init_pidfd());
+  for (const auto& p : pending_) {
+    fds.push_back(p->sync.get());
+    if (p->set_up) fds.push_back(p->runtime.get());
+  }
+  for (const auto& [c, slot] : ready_) fds.push_back(c.init_pidfd.get());
+  for (const auto& u : in_use_) fds.push_back(u.init_pidfd.get());
+  return fds;
 }
 
 Result<PooledChild> Pool::Take(std::chrono::milliseconds wait) {

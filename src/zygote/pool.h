@@ -91,6 +91,15 @@ class Pool final {
   // Steps until `n` sandboxes are ready (warm-up, tests, benchmarks).
   Status WaitReady(size_t n, std::chrono::milliseconds wait);
 
+  // For a pool whose ready sandboxes wait elsewhere (the spawner's stock,
+  // handoff.h): the next ready one without counting an arrival, and the
+  // arrivals reported back. The stock counts towards the pool's size.
+  std::optional<PooledChild> TakeForHandoff();
+  void RecordArrival(bool took_one);
+  void set_external_ready(size_t n) { external_ready_ = n; }
+  // Every fd Step() polls, for an owner that polls several pools at once.
+  std::vector<int> WatchFds() const;
+
   size_t ready() const { return ready_.size(); }
   size_t refilling() const { return pending_.size(); }
   size_t target() const { return target_; }
@@ -129,6 +138,7 @@ class Pool final {
   uint64_t serial_ = 0;
   size_t target_ = 0;
   size_t fixed_target_ = 0;
+  size_t external_ready_ = 0;
   RateEstimator rate_;
   PoolStats stats_;
   std::chrono::steady_clock::time_point zygote_backoff_until_{};

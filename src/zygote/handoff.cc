@@ -1,0 +1,313 @@
+#include "zygote/handoff.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+
+#include "base/log.h"
+#include "zygote/pool.h"
+#include "zygote/wire.h"
+
+namespace kiln::zygote {
+namespace {
+
+struct HandoffRecord {
+  uint32_t magic = kWireMagic;
+  int32_t init_pid = 0;
+  int32_t worker_pid = 0;
+  uint32_t host_uid = 0;
+  char profile[64] = {};
+  char cgroup[96] = {};
+};
+constexpr size_t kHandoffFds = 6;
+
+struct StockRecord {
+  uint32_t magic = kWireMagic;
+  char tag = 'T';            // T: an execution took one; M: it found none
+  char profile[64] = {};
+  uint64_t consumed = 0;     // sandboxes of this profile the spawner no longer holds, in all
+};
+
+bool CopyName(char* out, size_t cap, const std::string& s) {
+  if (s.empty() || s.size() >= cap) return false;
+  std::memcpy(out, s.data(), s.size());
+  out[s.size()] = '\0';
+  return true;
+}
+
+std::string NameOf(const char* buf, size_t cap) { return std::string(buf, strnlen(buf, cap)); }
+
+}  // namespace
+
+bool Handoff::alive() const {
+  pollfd pfd{init_pidfd.get(), POLLIN, 0};
+  return init_pidfd && ::poll(&pfd, 1, 0) == 0;
+}
+
+Status SendHandoff(int fd, const std::string& profile, const PooledChild& c) {
+  HandoffRecord r;
+  r.init_pid = c.init_pid;
+  r.worker_pid = c.worker_pid;
+  r.host_uid = c.host_uid;
+  if (!CopyName(r.profile, sizeof r.profile, profile) ||
+      !CopyName(r.cgroup, sizeof r.cgroup, c.cgroup_name)) {
+    return InvalidArgument("handoff: name too long");
+  }
+  const int fds[kHandoffFds] = {c.init_pidfd.get(), c.sync.get(), c.runtime.get(),
+                                c.out.get(),        c.err.get(),  c.workspace.get()};
+  iovec iov{&r, sizeof r};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof fds);
+  std::memcpy(CMSG_DATA(cm), fds, sizeof fds);
+  ssize_t n;
+  do {
+    n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+  } while (n < 0 && errno == EINTR);
+  if (n != sizeof r) return ErrnoError("hand a pooled sandbox to the spawner");
+  return OkStatus();
+}
+
+Result<std::optional<Handoff>> ReceiveHandoff(int fd) {
+  HandoffRecord r;
+  iovec iov{&r, sizeof r};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kHandoffFds)];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  do {
+    n = ::recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0 && errno == EAGAIN) return std::optional<Handoff>();
+  if (n <= 0) return MakeError(Code::kUnavailable, "the pool process is gone");
+  std::vector<int> fds;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < k; ++i) {
+      int v;
+      std::memcpy(&v, CMSG_DATA(c) + i * sizeof(int), sizeof v);
+      fds.push_back(v);
+    }
+  }
+  Handoff h;
+  UniqueFd* slots[kHandoffFds] = {&h.init_pidfd, &h.sync, &h.runtime, &h.out, &h.err, &h.workspace};
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (i < kHandoffFds) {
+      slots[i]->Reset(fds[i]);
+    } else {
+      ::close(fds[i]);
+    }
+  }
+  if (n != sizeof r || r.magic != kWireMagic || fds.size() != kHandoffFds ||
+      (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
+    return Internal("malformed handoff from the pool process");
+  }
+  h.profile = NameOf(r.profile, sizeof r.profile);
+  h.cgroup_name = NameOf(r.cgroup, sizeof r.cgroup);
+  h.init_pid = r.init_pid;
+  h.worker_pid = r.worker_pid;
+  h.host_uid = r.host_uid;
+  return std::optional<Handoff>(std::move(h));
+}
+
+Status SendArrival(int fd, const std::string& profile, bool hit, uint64_t consumed) {
+  StockRecord r;
+  r.tag = hit ? 'T' : 'M';
+  r.consumed = consumed;
+  if (!CopyName(r.profile, sizeof r.profile, profile)) return InvalidArgument("profile name too long");
+  if (::send(fd, &r, sizeof r, MSG_NOSIGNAL | MSG_DONTWAIT) != sizeof r) {
+    return ErrnoError("tell the pool process");
+  }
+  return OkStatus();
+}
+
+Result<supervisor::AdoptedSandbox> Adopt(const supervisor::HostContext& host, Handoff&& h) {
+  if (host.cgroups == nullptr) return FailedPrecondition("no cgroups");
+  KILN_ASSIGN_OR_RETURN(std::unique_ptr<isolation::Cgroup> cg, host.cgroups->Adopt(h.cgroup_name));
+  supervisor::AdoptedSandbox a;
+  a.init_pidfd = std::move(h.init_pidfd);
+  a.init_pid = h.init_pid;
+  a.worker_pid = h.worker_pid;
+  a.host_uid = h.host_uid;
+  a.sync = std::move(h.sync);
+  a.runtime = std::move(h.runtime);
+  a.out = std::move(h.out);
+  a.err = std::move(h.err);
+  a.workspace = std::move(h.workspace);
+  a.cgroup = std::move(cg);
+  return a;
+}
+
+bool PoolEligible(const config::Config& config, const config::Profile& profile,
+                  const config::LimitSpec& request,
+                  const std::vector<std::pair<std::string, std::string>>& env) {
+  if (!config.pool.enabled || !profile.pool || !env.empty()) return false;
+  auto asked = config::PolicyFor(profile, request);
+  auto pooled = config::PolicyFor(profile, {});
+  if (!asked.ok() || !pooled.ok()) return false;
+  auto a = asked->Build();
+  auto p = pooled->Build();
+  if (!a.ok() || !p.ok()) return false;
+  const policy::Limits& x = a->limits();
+  const policy::Limits& y = p->limits();
+  return x.memory_bytes == y.memory_bytes && x.cpus == y.cpus && x.pids == y.pids &&
+         x.workspace_bytes == y.workspace_bytes && x.tmp_bytes == y.tmp_bytes &&
+         x.shm_bytes == y.shm_bytes && x.open_files == y.open_files &&
+         x.cpu_time_s <= y.cpu_time_s;
+}
+
+std::optional<std::string> PoolUnavailableReason(const config::Config& config,
+                                                 const supervisor::HostContext& host) {
+  if (!config.pool.enabled) return "disabled in the configuration ([pool] enabled = false)";
+  if (::geteuid() != 0) return "kiln is not root (each pooled sandbox needs its own host uid)";
+  if (host.cgroups == nullptr || host.cgroups->mode() == isolation::CgroupMode::kNone) {
+    return "no cgroups (each pooled sandbox is put into its own)";
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// The pool process: a Pool per profile (made at the first arrival of the
+// profile, the default profile's at once), its refills, and the handoffs.
+[[noreturn]] void PoolProcessMain(int spawner, pid_t parent, const config::Config& config,
+                                  const supervisor::HostContext& host) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  if (::getppid() != parent) ::_exit(0);
+  ::prctl(PR_SET_NAME, "kiln-pool", 0, 0, 0);
+  ::signal(SIGPIPE, SIG_IGN);
+  ::signal(SIGTERM, SIG_IGN);
+  ::signal(SIGINT, SIG_IGN);
+  struct Entry {
+    std::unique_ptr<Pool> pool;
+    uint64_t sent = 0;
+  };
+  std::map<std::string, Entry> pools;
+  auto ensure = [&](const std::string& name) -> Entry* {
+    auto it = pools.find(name);
+    if (it != pools.end()) return it->second.pool ? &it->second : nullptr;
+    Entry& e = pools[name];
+    auto profile = config.Find(name);
+    if (!profile.ok() || !(*profile)->pool) return nullptr;
+    auto b = config::PolicyFor(**profile, {});
+    if (!b.ok()) return nullptr;
+    auto pol = b->Build();
+    if (!pol.ok()) return nullptr;
+    PoolOptions po{ZygoteOptions(*pol)};
+    po.zygote.profile = name;
+    po.zygote.preload = config.pool.preload;
+    for (const auto& m : (*profile)->preload) po.zygote.preload.push_back(m);
+    po.min = static_cast<size_t>(config.pool.min);
+    po.max = static_cast<size_t>(config.pool.max);
+    po.target_wait = config.pool.target_wait;
+    auto created = Pool::Create(host, po);
+    if (!created.ok()) {
+      KILN_LOG_WARN("pool {}: {}; its executions start cold", name, created.error().ToString());
+      return nullptr;
+    }
+    e.pool = std::move(*created);
+    KILN_LOG_INFO("pool {}: zygote started (preload: {})", name, po.zygote.preload.size());
+    return &e;
+  };
+  (void)ensure(config.server.default_profile);
+  for (;;) {
+    std::vector<pollfd> fds{{spawner, POLLIN, 0}};
+    for (auto& [name, e] : pools) {
+      if (!e.pool) continue;
+      for (int fd : e.pool->WatchFds()) fds.push_back({fd, POLLIN, 0});
+    }
+    const int rc = ::poll(fds.data(), fds.size(), 100);
+    if (rc < 0 && errno != EINTR) ::_exit(1);
+    if (fds[0].revents != 0) {
+      for (;;) {
+        StockRecord r;
+        const ssize_t n = ::recv(spawner, &r, sizeof r, MSG_DONTWAIT);
+        if (n == 0) ::_exit(0);  // the spawner is gone
+        if (n < 0) break;
+        if (n != sizeof r || r.magic != kWireMagic) continue;
+        Entry* e = ensure(NameOf(r.profile, sizeof r.profile));
+        if (e == nullptr) continue;
+        e->pool->RecordArrival(r.tag == 'T');
+        e->pool->set_external_ready(e->sent > r.consumed ? e->sent - r.consumed : 0);
+      }
+    }
+    for (auto& [name, e] : pools) {
+      if (!e.pool) continue;
+      e.pool->Step(0);
+      while (auto c = e.pool->TakeForHandoff()) {
+        Status sent = SendHandoff(spawner, name, *c);
+        if (!sent.ok()) {
+          KILN_LOG_WARN("pool {}: {}", name, sent.error().ToString());
+          continue;  // the child dies with our copies
+        }
+        ++e.sent;
+        // The cgroup is the supervisor's that takes the sandbox (or, unused,
+        // removed at the next start as a stale one of ours).
+        c->cgroup->Disown();
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Result<std::pair<pid_t, UniqueFd>> StartPoolProcess(const config::Config& config,
+                                                    const supervisor::HostContext& host) {
+  int sp[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) {
+    return ErrnoError("socketpair for the pool process");
+  }
+  UniqueFd mine(sp[0]), theirs(sp[1]);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) return ErrnoError("fork the pool process");
+  if (pid == 0) {
+    mine.Reset();
+    PoolProcessMain(theirs.Release(), parent, config, host);
+  }
+  return std::make_pair(pid, std::move(mine));
+}
+
+void HandoffStock::Add(Handoff h) { stock_[h.profile].push_back(std::move(h)); }
+
+std::optional<Handoff> HandoffStock::Take(const std::string& profile) {
+  auto it = stock_.find(profile);
+  if (it == stock_.end()) return std::nullopt;
+  while (!it->second.empty()) {
+    Handoff h = std::move(it->second.front());
+    it->second.pop_front();
+    ++consumed_[profile];
+    if (h.alive()) return h;
+  }
+  return std::nullopt;
+}
+
+uint64_t HandoffStock::consumed(const std::string& profile) const {
+  auto it = consumed_.find(profile);
+  return it == consumed_.end() ? 0 : it->second;
+}
+
+size_t HandoffStock::size(const std::string& profile) const {
+  auto it = stock_.find(profile);
+  return it == stock_.end() ? 0 : it->second.size();
+}
+
+}  // namespace kiln::zygote

@@ -1,0 +1,92 @@
+// The warm pool in `kiln serve` (docs/adr/0009-zygote.md, docs/architecture.md):
+//
+//   kiln serve --fork--> kiln-spawner --fork--> kiln-pool (zygotes, refills: Pool per profile)
+//                             |  <-- Handoff (a ready sandbox's fds) --'
+//                             `--fork--> kiln-supervise (adopts it: Sandbox::Adopt)
+//
+// The pool process does every slow step (zygote start, forks, cgroup creation
+// and attach, checks) and hands each ready sandbox to the spawner at once; the
+// spawner keeps them per profile and gives one to the supervisor it forks for
+// an eligible execution, which inherits the fds: the request path takes no
+// round trip to the pool. The spawner tells the pool of each arrival (hit or
+// miss), from which the pool sizes itself (Erlang C).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "base/result.h"
+#include "base/unique_fd.h"
+#include "config/config.h"
+#include "supervisor/host.h"
+#include "supervisor/sandbox.h"
+
+namespace kiln::zygote {
+
+struct PooledChild;
+
+// A ready sandbox away from its pool.
+struct Handoff {
+  std::string profile;
+  std::string cgroup_name;
+  pid_t init_pid = 0, worker_pid = 0;
+  uid_t host_uid = 0;
+  UniqueFd init_pidfd, sync, runtime, out, err, workspace;
+  bool alive() const;  // its pid 1 still runs
+};
+
+// pool -> spawner: one record (with the six fds). The fds stay the caller's.
+Status SendHandoff(int fd, const std::string& profile, const PooledChild& child);
+// Spawner side, non-blocking: a handoff, nullopt when none is waiting;
+// kUnavailable when the pool process is gone.
+Result<std::optional<Handoff>> ReceiveHandoff(int fd);
+
+// spawner -> pool: an execution of `profile` arrived; `hit`: it took a
+// sandbox. `consumed`: how many of the profile's handoffs the spawner no
+// longer holds, in all (taken, or found dead), so the pool knows its stock.
+Status SendArrival(int fd, const std::string& profile, bool hit, uint64_t consumed);
+
+// The driver of an adopted sandbox's cgroup, from its name.
+Result<supervisor::AdoptedSandbox> Adopt(const supervisor::HostContext& host, Handoff&& h);
+
+// Whether an execution may take a sandbox of `profile`'s pool: the pool is on
+// for it, no extra environment, and every limit fixed when its zygote forked
+// the sandbox (memory, cpus, pids, the tmpfs sizes, open files) is the
+// profile's default; the CPU-time backstop (RLIMIT_CPU) may only be lower.
+// The rest (timeouts, output caps, files, import policy) is the supervisor's
+// per execution.
+bool PoolEligible(const config::Config& config, const config::Profile& profile,
+                  const config::LimitSpec& request,
+                  const std::vector<std::pair<std::string, std::string>>& env);
+
+// Forks the pool process (single-threaded callers). Returns its pid and the
+// spawner's end of their socket. It dies with its parent.
+Result<std::pair<pid_t, UniqueFd>> StartPoolProcess(const config::Config& config,
+                                                    const supervisor::HostContext& host);
+
+// Whether this host can have a pool at all (root and cgroups), and why not.
+std::optional<std::string> PoolUnavailableReason(const config::Config& config,
+                                                 const supervisor::HostContext& host);
+
+// The spawner's stock of ready sandboxes, per profile.
+class HandoffStock final {
+ public:
+  void Add(Handoff h);
+  // The oldest live one of `profile` (dead ones are dropped).
+  std::optional<Handoff> Take(const std::string& profile);
+  // Handoffs of `profile` taken or dropped, in all.
+  uint64_t consumed(const std::string& profile) const;
+  void Clear() { stock_.clear(); }
+  size_t size(const std::string& profile) const;
+
+ private:
+  std::map<std::string, std::deque<Handoff>> stock_;
+  std::map<std::string, uint64_t> consumed_;
+};
+
+}  // namespace kiln::zygote

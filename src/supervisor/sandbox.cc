@@ -1127,6 +1127,8 @@ bool Sandbox::Interrupt() {
   return true;
 }
 
+void Sandbox::Cancel() { s_->Kill(Outcome::kCancelled); }
+
 bool Sandbox::CheckAlive() {
   State& s = *s_;
   if (s.dead()) return false;

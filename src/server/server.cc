@@ -86,7 +86,8 @@ http::status StatusFor(Code code) {
 // errors start with the field they are about).
 std::string FieldOf(const std::string& message) {
   static const std::set<std::string> kFields = {"timeout", "cpu_time", "memory", "cpus",   "pids",
-                                                "output_limit", "disk", "files", "profile"};
+                                                "output_limit", "disk", "files", "profile",
+                                                "idle_ttl", "max_lifetime", "path", "body"};
   const std::string f = message.substr(0, message.find(':'));
   if (f == "file") return "files";
   return kFields.count(f) != 0 ? f : "";

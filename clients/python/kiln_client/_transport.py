@@ -21,6 +21,9 @@ from .errors import KilnConnectionError, KilnError, error_from_response
 
 USER_AGENT = "kiln-client-python/0.2.0"
 RETRYABLE = (429, 503)
+# 429s that waiting seconds does not clear: the tenant's live sessions (one must
+# be deleted or idle out, minutes away).
+NOT_RETRIED_CODES = frozenset({"session_limit"})
 EVENT_STREAM = "text/event-stream"
 # Extra seconds on top of an execution's own timeout for queueing and setup.
 EXECUTION_SLACK = 35.0
@@ -270,9 +273,9 @@ class Transport:
 
     def _backoff_or_raise(self, err: KilnError, attempt: int) -> int:
         """Sleeps before the next attempt and returns its number, or raises `err`
-        when it is not retryable (only 429 and 503: the server ran nothing) or
-        the retries are used up."""
-        if err.status_code not in RETRYABLE or attempt >= self.retries:
+        when it is not retryable (only 429 and 503: the server ran nothing; not
+        "session_limit") or the retries are used up."""
+        if err.status_code not in RETRYABLE or err.code in NOT_RETRIED_CODES or attempt >= self.retries:
             raise err
         attempt += 1
         wait = err.retry_after if err.retry_after is not None else min(2.0 ** attempt, 30.0)

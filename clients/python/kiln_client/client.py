@@ -141,7 +141,8 @@ class KilnClient:
         timeout: the default seconds per cell. idle_ttl: seconds unused before the
         server reaps it; max_lifetime: seconds in all (both capped by the server).
         Raises KilnError 429 "session_limit" when the tenant has its maximum of
-        live sessions, 503 when the server has (retried with `retries`).
+        live sessions (never retried: delete one), 503 when the server has
+        (retried with `retries`), BadRequest for a bad field or unknown profile.
         """
         payload: dict[str, Any] = {}
         for name, value in (("profile", profile), ("memory", memory), ("cpus", cpus),

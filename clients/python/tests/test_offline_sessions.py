@@ -239,6 +239,15 @@ class Offline(unittest.TestCase):
         with self.assertRaises(SessionGone):
             s.delete()
 
+    def test_session_limit_is_not_retried(self):
+        c, sleeps = self.client(retries=3)
+        self.script(json_answer(429, {"error": {"code": "session_limit", "message": "8 live sessions",
+                                                "field": None}}))
+        with self.assertRaises(KilnError) as cm:
+            c.create_session()
+        self.assertEqual((cm.exception.status_code, cm.exception.code), (429, "session_limit"))
+        self.assertEqual((len(self.httpd.seen), sleeps), (1, []))
+
     def test_listing(self):
         self.script(json_answer(200, {"sessions": [SESSION, dict(SESSION, id="s2", state="busy")]}))
         c, _ = self.client()

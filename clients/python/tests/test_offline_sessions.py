@@ -81,18 +81,18 @@ def sse_answer(*steps: tuple[str, Any] | float | bytes) -> Answer:
         h.send_header("Transfer-Encoding", "chunked")
         h.send_header("Connection", "close")
         h.end_headers()
-        for step in steps:
-            if isinstance(step, float):
-                time.sleep(step)
-                continue
-            raw = step if isinstance(step, bytes) else \
-                f"event: {step[0]}\ndata: {json.dumps(step[1])}\n\n".encode()
-            try:
+        try:
+            for step in steps:
+                if isinstance(step, float):
+                    time.sleep(step)
+                    continue
+                raw = step if isinstance(step, bytes) else \
+                    f"event: {step[0]}\ndata: {json.dumps(step[1])}\n\n".encode()
                 h.wfile.write(b"%x\r\n%s\r\n" % (len(raw), raw))
                 h.wfile.flush()
-            except OSError:
-                return  # the client went away
-        h.wfile.write(b"0\r\n\r\n")
+            h.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            h.close_connection = True  # the client went away
     return Answer(write)
 
 

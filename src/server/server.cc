@@ -358,6 +358,7 @@ struct HttpServer::Impl {
     } else if (route == "GET /metrics") {
       deps.metrics->SetActive(deps.admission->active());
       deps.metrics->SetQueued(deps.admission->queued());
+      if (deps.sessions != nullptr) deps.metrics->SetSessions(static_cast<int64_t>(deps.sessions->live()));
       res = Response{http::status::ok, req.version()};
       res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
       res.body() = deps.metrics->Render();

@@ -79,15 +79,16 @@ def _error(status: int, headers: Any, raw: bytes) -> KilnError:
     return error_from_response(status, _decode(raw, headers), retry_after)
 
 
-class EventStreamResponse:
-    """An open 200 answer being read as it arrives (an event stream). Iterate
-    chunks() for its body bytes; close() drops the connection (the server then
-    cancels the execution if it is still running)."""
+class StreamingResponse:
+    """An answer whose body is read as it arrives (an event stream, or any
+    answer of a direct request). Iterate chunks() for its body bytes; close()
+    drops the connection (for an event stream, the server then cancels the
+    execution if it still runs)."""
 
     def __init__(self, conn: http.client.HTTPConnection, response: http.client.HTTPResponse,
                  sock: socket.socket | None = None) -> None:
         self._conn = conn
-        self._response = response
+        self.response = response
         self._sock = sock
         self.headers = response.headers
 
@@ -100,7 +101,7 @@ class EventStreamResponse:
         so nothing waits for more data than the server has sent."""
         try:
             while True:
-                data = self._response.read1(_READ_SIZE)
+                data = self.response.read1(_READ_SIZE)
                 if not data:
                     return
                 yield data
@@ -124,7 +125,7 @@ class EventStreamResponse:
     def close(self) -> None:
         """Closes the connection (from the thread reading it, or when nobody is)."""
         self.abort()
-        self._response.close()
+        self.response.close()
         self._conn.close()
 
 
@@ -204,34 +205,37 @@ class Transport:
         connection before reading it all: its answer is still read and raised."""
         headers = self._headers("bearer", accept="application/json")
         headers["Content-Type"] = "application/octet-stream"
-        attempt = 0
-        while True:
-            conn, resp, _ = self._open(method, path, data, headers, timeout or self.timeout)
-            try:
-                body = EventStreamResponse(conn, resp).read_all()
-            finally:
-                conn.close()
-            if resp.status in ok:
-                return Response(resp.status, resp.headers, _decode(body, resp.headers))
-            attempt = self._backoff_or_raise(_error(resp.status, resp.headers, body), attempt)
+        answer = self._direct(method, path, data, headers, timeout or self.timeout, ok)
+        try:
+            body = answer.read_all()
+        finally:
+            answer.close()
+        return Response(answer.response.status, answer.headers, _decode(body, answer.headers))
 
-    def open_stream(self, path: str, payload: Any, *, timeout: float | None = None) -> EventStreamResponse:
+    def open_stream(self, path: str, payload: Any, *, timeout: float | None = None) -> StreamingResponse:
         """POSTs `payload` asking for Server-Sent Events and returns the open 200
         answer (the caller closes it). An answer other than 200 (refused before
         anything ran) is retried on 429/503 like request(), else raised."""
         headers = self._headers("bearer", accept=EVENT_STREAM)
         headers["Content-Type"] = "application/json"
         data = json.dumps(payload).encode("utf-8")
+        return self._direct("POST", path, data, headers, timeout or self.timeout, (200,))
+
+    def _direct(self, method: str, path: str, data: bytes, headers: dict[str, str], timeout: float,
+                ok: tuple[int, ...]) -> StreamingResponse:
+        """One request over http.client, retried like request(); returns the
+        answer with a status in `ok`, its body not read yet."""
         attempt = 0
         while True:
-            conn, resp, sock = self._open("POST", path, data, headers, timeout or self.timeout)
-            if resp.status == 200:
-                return EventStreamResponse(conn, resp, sock)
+            answer = StreamingResponse(*self._open(method, path, data, headers, timeout))
+            status = answer.response.status
+            if status in ok:
+                return answer
             try:
-                body = EventStreamResponse(conn, resp).read_all()
+                body = answer.read_all()
             finally:
-                conn.close()
-            attempt = self._backoff_or_raise(_error(resp.status, resp.headers, body), attempt)
+                answer.close()
+            attempt = self._backoff_or_raise(_error(status, answer.headers, body), attempt)
 
     def _open(self, method: str, path: str, data: bytes, headers: dict[str, str],
               timeout: float) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse,
@@ -283,4 +287,4 @@ class Transport:
         return attempt
 
 
-__all__ = ["Transport", "Response", "EventStreamResponse", "KilnError"]
+__all__ = ["Transport", "Response", "StreamingResponse", "KilnError"]

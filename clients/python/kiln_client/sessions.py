@@ -122,6 +122,9 @@ class Session:
     memory, ...): calls then raise SessionGone. A call while another cell or
     file operation of the session runs raises SessionBusy (nothing is retried
     automatically: the code may not be safe to run twice).
+
+    One Session may be used from several threads, e.g. interrupt() from one
+    while another waits in execute().
     """
 
     def __init__(self, transport: Transport, info: SessionInfo) -> None:

@@ -7,7 +7,7 @@ import json
 from typing import Any, Iterator, NamedTuple
 
 from ._sse import SseEvent, parse_events
-from ._transport import EventStreamResponse
+from ._transport import StreamingResponse
 from .errors import KilnConnectionError, KilnError, error_from_stream
 from .results import ExecutionResult
 
@@ -53,7 +53,7 @@ class EventStream:
     remaining events and returns it.
     """
 
-    def __init__(self, response: EventStreamResponse) -> None:
+    def __init__(self, response: StreamingResponse) -> None:
         self._response = response
         self.result: ExecutionResult | None = None
         self._events = self._generate()

@@ -521,6 +521,25 @@ TEST_F(Sessions, AFiveMegabyteBinaryFileRoundTrips) {
   Call("DELETE", "/v1/sessions/" + id);
 }
 
+TEST_F(Sessions, TheWorkspaceCapIs413AndLosesNothing) {
+  const std::string id = NewSession();  // disk: 32m
+  const std::string chunk(7 << 20, 'w');
+  int written = 0;
+  HttpResponse last;
+  for (int i = 0; i < 6; ++i) {
+    last = Call("PUT", "/v1/sessions/" + id + "/files/part" + std::to_string(i), chunk);
+    if (last.status != 201) break;
+    ++written;
+  }
+  EXPECT_EQ(written, 4) << last.Describe();  // 4 x 7 MiB fit in 32 MiB, the fifth does not
+  EXPECT_EQ(last.status, 413) << last.Describe();
+  // The refused upload left nothing behind; the others are whole.
+  const json list = Parse(Call("GET", "/v1/sessions/" + id + "/files"));
+  EXPECT_EQ(list.value("files", json::array()).size(), 4u) << list.dump();
+  EXPECT_EQ(Call("GET", "/v1/sessions/" + id + "/files/part3").body.size(), chunk.size());
+  Call("DELETE", "/v1/sessions/" + id);
+}
+
 TEST_F(Sessions, TraversalAndBadNamesAre400) {
   const std::string id = NewSession();
   const std::string base = "/v1/sessions/" + id + "/files/";

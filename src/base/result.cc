@@ -23,6 +23,7 @@ std::string_view ToString(Code code) {
     case Code::kUnavailable: return "unavailable";
     case Code::kDataLoss: return "data_loss";
     case Code::kUnauthenticated: return "unauthenticated";
+    case Code::kGone: return "gone";
   }
   return "unknown";
 }

@@ -32,6 +32,7 @@ enum class Code {
   kUnavailable,
   kDataLoss,
   kUnauthenticated,
+  kGone,  // existed and is no more, for a known reason (a reaped session: HTTP 410)
 };
 
 std::string_view ToString(Code code);

@@ -14,6 +14,7 @@
 #include "config/config.h"
 #include "metrics/metrics.h"
 #include "server/server.h"
+#include "sessions/session_manager.h"
 #include "spawner/spawner.h"
 #include "store/store.h"
 #include "supervisor/sandbox.h"
@@ -126,7 +127,11 @@ int DoServe(const ServeFlags& f) {
   if (!admission.ok()) return Fail(admission.error().ToString());
   metrics::Metrics metrics;
 
-  server::Deps deps{&cfg, store->get(), admission->get(), &metrics, spawner->get(), readiness};
+  sessions::SessionManager session_manager(
+      sessions::Deps{&cfg, spawner->get(), store->get(), admission->get(), &metrics});
+  session_manager.Start();
+  server::Deps deps{&cfg,           store->get(), admission->get(), &metrics, spawner->get(),
+                    &session_manager, readiness};
   auto server = server::HttpServer::Bind(cfg.server.listen, deps);
   if (!server.ok()) return Fail(server.error().ToString());
   (*server)->Start();
@@ -153,6 +158,7 @@ int DoServe(const ServeFlags& f) {
   done = true;
   pruner.join();
   server->reset();
+  session_manager.Shutdown();
   spawner->reset();  // kills the spawner; nothing is left running under it
   std::cerr << "kiln: stopped" << std::endl;
   return 0;

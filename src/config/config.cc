@@ -182,17 +182,22 @@ Result<ServerConfig> ParseServer(const std::string& source, const toml::table& t
       auto v = node.value<std::string>();
       if (!v || !node.is_string() || v->empty()) return KeyError(source, node, full, "must be a non-empty string");
       (key == "listen" ? c.listen : key == "data_dir" ? c.data_dir : c.default_profile) = *v;
-    } else if (key == "concurrency" || key == "queue" || key == "retention_days" || key == "max_connections") {
+    } else if (key == "concurrency" || key == "queue" || key == "retention_days" ||
+               key == "max_connections" || key == "max_sessions") {
       KILN_ASSIGN_OR_RETURN(uint64_t v, CountValue(source, node, full));
       if (v > 100000) return KeyError(source, node, full, "is too large");
       (key == "concurrency" ? c.concurrency : key == "queue" ? c.queue
-       : key == "retention_days" ? c.retention_days : c.max_connections) = static_cast<int>(v);
-    } else if (key == "queue_timeout" || key == "client_timeout" || key == "shutdown_grace") {
+       : key == "retention_days" ? c.retention_days : key == "max_sessions" ? c.max_sessions
+                                                    : c.max_connections) = static_cast<int>(v);
+    } else if (key == "queue_timeout" || key == "client_timeout" || key == "shutdown_grace" ||
+               key == "session_idle_ttl" || key == "session_max_lifetime" || key == "interrupt_grace") {
       KILN_ASSIGN_OR_RETURN(double v, SecondsValue(source, node, full));
       (key == "queue_timeout" ? c.queue_timeout_s : key == "client_timeout" ? c.client_timeout_s
-                                                                            : c.shutdown_grace_s) = v;
-    } else if (key == "max_body") {
-      KILN_ASSIGN_OR_RETURN(c.max_body_bytes, SizeValue(source, node, full));
+       : key == "shutdown_grace" ? c.shutdown_grace_s : key == "session_idle_ttl" ? c.session_idle_ttl_s
+       : key == "session_max_lifetime" ? c.session_max_lifetime_s : c.interrupt_grace_s) = v;
+    } else if (key == "max_body" || key == "max_file") {
+      KILN_ASSIGN_OR_RETURN(uint64_t v, SizeValue(source, node, full));
+      (key == "max_body" ? c.max_body_bytes : c.max_file_bytes) = v;
     } else if (key == "store_code") {
       if (!node.is_boolean()) return KeyError(source, node, full, "must be true or false");
       c.store_code = *node.value<bool>();
@@ -200,7 +205,8 @@ Result<ServerConfig> ParseServer(const std::string& source, const toml::table& t
       return KeyError(source, node, full,
                       "unknown key (known: listen, data_dir, concurrency, queue, queue_timeout, "
                       "max_body, client_timeout, shutdown_grace, store_code, retention_days, "
-                      "default_profile, max_connections)");
+                      "default_profile, max_connections, max_sessions, session_idle_ttl, "
+                      "session_max_lifetime, interrupt_grace, max_file)");
     }
   }
   return c;

@@ -66,6 +66,12 @@ struct ServerConfig {
   int retention_days = 30;         // audit rows older than this are pruned
   std::string default_profile = "default";
   int max_connections = 512;
+  // Sessions (docs/api.md, "Sessions").
+  int max_sessions = 64;                  // live sessions of all tenants together
+  double session_idle_ttl_s = 600;        // default and cap of a session's idle_ttl
+  double session_max_lifetime_s = 3600;   // default and cap of its max_lifetime
+  double interrupt_grace_s = 2;           // a timed-out cell's KeyboardInterrupt, then the kill
+  uint64_t max_file_bytes = 64ULL << 20;  // one file of the files API
 };
 
 // [pool]: the warm pool of `kiln serve` (src/zygote, docs/adr/0009-zygote.md).

@@ -76,6 +76,11 @@ struct Metrics::Impl {
                    .Help("Requests waiting for an admission slot.")
                    .Register(*registry)
                    .Add({})),
+        sessions(prometheus::BuildGauge()
+                     .Name("kiln_sessions_live")
+                     .Help("Live sessions (each holds a sandbox while idle).")
+                     .Register(*registry)
+                     .Add({})),
         rejections(prometheus::BuildCounter()
                        .Name("kiln_rejections_total")
                        .Help("Requests turned away by admission control, by reason.")
@@ -90,6 +95,7 @@ struct Metrics::Impl {
   prometheus::Family<prometheus::Histogram>& duration;
   prometheus::Gauge& active;
   prometheus::Gauge& queued;
+  prometheus::Gauge& sessions;
   prometheus::Family<prometheus::Counter>& rejections;
   prometheus::Family<prometheus::Counter>& http;
 
@@ -139,6 +145,7 @@ void Metrics::RecordExecution(std::string_view status, std::string_view profile,
 void Metrics::SetActive(int64_t n) { impl_->active.Set(static_cast<double>(n)); }
 
 void Metrics::SetQueued(int64_t n) { impl_->queued.Set(static_cast<double>(n)); }
+void Metrics::SetSessions(int64_t n) { impl_->sessions.Set(static_cast<double>(n)); }
 
 void Metrics::RecordRejection(std::string_view reason) {
   Guarded("RecordRejection", [&] {

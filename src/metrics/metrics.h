@@ -49,6 +49,8 @@ class Metrics final {
   // just before Render().
   void SetActive(int64_t n);
   void SetQueued(int64_t n);
+  // kiln_sessions_live: from SessionManager::live(), just before Render().
+  void SetSessions(int64_t n);
   // kiln_rejections_total{reason} += 1 (reason: admission::Rejection::reason).
   void RecordRejection(std::string_view reason);
   // kiln_http_requests_total{route,code} += 1 (route: the matched route template).

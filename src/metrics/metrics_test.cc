@@ -84,6 +84,9 @@ TEST(Metrics, GaugesArePresentBeforeAnythingHappens) {
   const std::string text = m.Render();
   EXPECT_TRUE(HasLine(text, "kiln_active_sandboxes 0")) << text;
   EXPECT_TRUE(HasLine(text, "kiln_queue_depth 0")) << text;
+  EXPECT_TRUE(HasLine(text, "kiln_sessions_live 0")) << text;
+  m.SetSessions(5);
+  EXPECT_TRUE(HasLine(m.Render(), "kiln_sessions_live 5"));
 }
 
 TEST(Metrics, BucketsCoverOneMillisecondToFiveMinutes) {

@@ -63,6 +63,92 @@ std::optional<FieldError> FilePath(const std::string& path, const std::string& f
 
 }  // namespace
 
+std::optional<FieldError> ParseSessionCreate(const std::string& body, sessions::SessionOptions* out) {
+  nlohmann::json j = nlohmann::json::object();
+  if (body.find_first_not_of(" \t\r\n") != std::string::npos) {
+    if (auto e = ParseObject(body, &j)) return e;
+  }
+  static const char* kKnown[] = {"profile", "memory", "cpus", "timeout", "idle_ttl", "max_lifetime"};
+  for (const auto& [k, _] : j.items()) {
+    bool known = false;
+    for (const char* n : kKnown) known = known || k == n;
+    if (!known) return Err(k, "unknown_field", "is not a field of this endpoint");
+  }
+  if (j.contains("profile")) {
+    if (!j["profile"].is_string()) return Err("profile", "invalid_type", "must be a string");
+    out->profile = j["profile"].get<std::string>();
+  }
+  if (j.contains("memory")) {
+    uint64_t m = 0;
+    if (auto e = Size(j["memory"], "memory", &m)) return e;
+    out->limits.memory_bytes = m;
+  }
+  if (j.contains("cpus")) {
+    if (!j["cpus"].is_number()) return Err("cpus", "invalid_type", "must be a number of cores");
+    const double c = j["cpus"].get<double>();
+    if (!std::isfinite(c) || c <= 0) return Err("cpus", "invalid_value", "must be positive");
+    out->limits.cpus = c;
+  }
+  double t = 0;
+  if (j.contains("timeout")) {
+    if (auto e = Seconds(j["timeout"], "timeout", &t)) return e;
+    out->limits.timeout_s = t;
+  }
+  if (j.contains("idle_ttl")) {
+    if (auto e = Seconds(j["idle_ttl"], "idle_ttl", &t)) return e;
+    out->idle_ttl_s = t;
+  }
+  if (j.contains("max_lifetime")) {
+    if (auto e = Seconds(j["max_lifetime"], "max_lifetime", &t)) return e;
+    out->max_lifetime_s = t;
+  }
+  return std::nullopt;
+}
+
+std::optional<FieldError> ParseSessionExecute(const std::string& body, SessionExecuteRequest* out) {
+  nlohmann::json j;
+  if (auto e = ParseObject(body, &j)) return e;
+  for (const auto& [k, _] : j.items()) {
+    if (k != "code" && k != "timeout") return Err(k, "unknown_field", "is not a field of this endpoint");
+  }
+  if (!j.contains("code")) return Err("code", "missing_field", "is required");
+  if (!j["code"].is_string()) return Err("code", "invalid_type", "must be a string");
+  out->code = j["code"].get<std::string>();
+  if (out->code.empty()) return Err("code", "invalid_value", "must not be empty");
+  if (out->code.size() > kMaxCodeChars) return Err("code", "invalid_value", "must be at most 1 MiB");
+  if (j.contains("timeout")) {
+    double t = 0;
+    if (auto e = Seconds(j["timeout"], "timeout", &t)) return e;
+    out->timeout_s = t;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> PercentDecode(std::string_view text) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    if (i + 2 >= text.size()) return std::nullopt;
+    const int hi = hex(text[i + 1]), lo = hex(text[i + 2]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    const char c = static_cast<char>(hi * 16 + lo);
+    if (c == '\0') return std::nullopt;
+    out += c;
+    i += 2;
+  }
+  return out;
+}
+
 bool IsUserEnvName(const std::string& name) {
   if (name.empty() || name.size() > 128) return false;
   for (size_t i = 0; i < name.size(); ++i) {

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sessions/session_manager.h"
 #include "spawner/spawner.h"
 
 namespace kiln::server {
@@ -40,6 +41,21 @@ struct ReferenceRequest {
 std::optional<FieldError> ParseReferenceExecute(const std::string& body,
                                                 const std::string& default_profile,
                                                 ReferenceRequest* out);
+
+// POST /v1/sessions: {profile?, memory?, cpus?, timeout?, idle_ttl?, max_lifetime?}.
+// An empty body is an empty object.
+std::optional<FieldError> ParseSessionCreate(const std::string& body, sessions::SessionOptions* out);
+
+// POST /v1/sessions/{id}/execute: {code, timeout?}.
+struct SessionExecuteRequest {
+  std::string code;
+  std::optional<double> timeout_s;
+};
+std::optional<FieldError> ParseSessionExecute(const std::string& body, SessionExecuteRequest* out);
+
+// A percent-encoded URL path segment sequence ("data/a%20b.csv") decoded;
+// nullopt for a malformed escape or an encoded NUL.
+std::optional<std::string> PercentDecode(std::string_view text);
 
 // A variable name a request may set for its program (not one kiln sets).
 bool IsUserEnvName(const std::string& name);

@@ -114,5 +114,64 @@ TEST(ReferenceExecute, ValidationErrorsAre422Shaped) {
   EXPECT_TRUE(ParseReferenceExecute(R"J({"code":")J" + std::string(100001, 'x') + R"J("})J", "default", &big).has_value());
 }
 
+TEST(SessionCreate, ParsesEveryFieldAndAcceptsAnEmptyBody) {
+  sessions::SessionOptions o;
+  EXPECT_FALSE(ParseSessionCreate("", &o).has_value());
+  EXPECT_FALSE(ParseSessionCreate("  \n", &o).has_value());
+  EXPECT_TRUE(o.profile.empty());
+  sessions::SessionOptions full;
+  auto e = ParseSessionCreate(
+      R"J({"profile":"strict","memory":"64m","cpus":0.5,"timeout":5,"idle_ttl":60,"max_lifetime":600})J", &full);
+  ASSERT_FALSE(e.has_value()) << e->message;
+  EXPECT_EQ(full.profile, "strict");
+  EXPECT_EQ(*full.limits.memory_bytes, 64ULL << 20);
+  EXPECT_DOUBLE_EQ(*full.limits.cpus, 0.5);
+  EXPECT_DOUBLE_EQ(*full.limits.timeout_s, 5);
+  EXPECT_DOUBLE_EQ(*full.idle_ttl_s, 60);
+  EXPECT_DOUBLE_EQ(*full.max_lifetime_s, 600);
+}
+
+TEST(SessionCreate, BadFieldsAreNamed) {
+  struct Case {
+    const char* body;
+    const char* field;
+  } cases[] = {
+      {R"J({"idle_ttl":0})J", "idle_ttl"},       {R"J({"idle_ttl":"1m"})J", "idle_ttl"},
+      {R"J({"max_lifetime":-5})J", "max_lifetime"}, {R"J({"memory":"lots"})J", "memory"},
+      {R"J({"cpus":0})J", "cpus"},               {R"J({"timeout":[1]})J", "timeout"},
+      {R"J({"profile":7})J", "profile"},         {R"J({"code":"1"})J", "code"},
+      {R"J([])J", ""},                            {R"J({)J", ""},
+  };
+  for (const auto& c : cases) {
+    sessions::SessionOptions o;
+    auto e = ParseSessionCreate(c.body, &o);
+    ASSERT_TRUE(e.has_value()) << c.body;
+    EXPECT_EQ(e->field, c.field) << c.body;
+  }
+}
+
+TEST(SessionExecute, NeedsCodeAndAValidTimeout) {
+  SessionExecuteRequest r;
+  EXPECT_FALSE(ParseSessionExecute(R"J({"code":"x = 1","timeout":2.5})J", &r).has_value());
+  EXPECT_EQ(r.code, "x = 1");
+  EXPECT_DOUBLE_EQ(*r.timeout_s, 2.5);
+  for (const char* bad : {R"J({})J", R"J({"code":""})J", R"J({"code":1})J", R"J({"code":"1","timeout":0})J",
+                          R"J({"code":"1","profile":"x"})J"}) {
+    SessionExecuteRequest b;
+    EXPECT_TRUE(ParseSessionExecute(bad, &b).has_value()) << bad;
+  }
+}
+
+TEST(PercentDecode, DecodesAndRefusesMalformedEscapes) {
+  EXPECT_EQ(*PercentDecode("data/a%20b.csv"), "data/a b.csv");
+  EXPECT_EQ(*PercentDecode("%2e%2E/x"), "../x");  // decoded; the workspace check refuses it later
+  EXPECT_EQ(*PercentDecode("plain"), "plain");
+  EXPECT_EQ(*PercentDecode("%C3%A9"), "\xC3\xA9");
+  EXPECT_FALSE(PercentDecode("a%00b").has_value());
+  EXPECT_FALSE(PercentDecode("%zz").has_value());
+  EXPECT_FALSE(PercentDecode("a%2").has_value());
+  EXPECT_FALSE(PercentDecode("a%").has_value());
+}
+
 }  // namespace
 }  // namespace kiln::server

@@ -63,6 +63,7 @@ http::status StatusFor(Code code) {
     case Code::kInvalidArgument:
     case Code::kOutOfRange: return http::status::bad_request;
     case Code::kUnauthenticated: return http::status::unauthorized;
+    case Code::kGone: return http::status::gone;
     case Code::kPermissionDenied: return http::status::forbidden;
     case Code::kNotFound: return http::status::not_found;
     case Code::kAlreadyExists:
@@ -85,7 +86,8 @@ http::status StatusFor(Code code) {
 // errors start with the field they are about).
 std::string FieldOf(const std::string& message) {
   static const std::set<std::string> kFields = {"timeout", "cpu_time", "memory", "cpus",   "pids",
-                                                "output_limit", "disk", "files", "profile"};
+                                                "output_limit", "disk", "files", "profile",
+                                                "idle_ttl", "max_lifetime", "path", "body"};
   const std::string f = message.substr(0, message.find(':'));
   if (f == "file") return "files";
   return kFields.count(f) != 0 ? f : "";
@@ -96,9 +98,107 @@ std::string FieldOf(const std::string& message) {
 const std::vector<std::string>& Routes() {
   static const std::vector<std::string> kRoutes = {
       "GET /healthz", "GET /readyz", "GET /metrics", "GET /openapi.json",
-      "POST /v1/execute", "POST /execute"};
+      "POST /v1/execute", "POST /execute",
+      "POST /v1/sessions", "GET /v1/sessions",
+      "GET /v1/sessions/{id}", "DELETE /v1/sessions/{id}",
+      "POST /v1/sessions/{id}/execute", "POST /v1/sessions/{id}/interrupt",
+      "GET /v1/sessions/{id}/files",
+      "PUT /v1/sessions/{id}/files/{path}", "GET /v1/sessions/{id}/files/{path}",
+      "DELETE /v1/sessions/{id}/files/{path}"};
   return kRoutes;
 }
+
+namespace {
+
+// "/v1/sessions/ab12/files/x/y.csv" -> pattern "/v1/sessions/{id}/files/{path}",
+// id "ab12", path "x/y.csv" (still percent-encoded). Other paths: themselves.
+struct RouteMatch {
+  std::string pattern;
+  std::string id;
+  std::string path;
+};
+
+RouteMatch MatchPath(const std::string& target) {
+  static const std::string kPrefix = "/v1/sessions/";
+  if (target.rfind(kPrefix, 0) != 0 || target.size() == kPrefix.size()) return {target, "", ""};
+  const std::string rest = target.substr(kPrefix.size());
+  const auto slash = rest.find('/');
+  RouteMatch m;
+  m.id = rest.substr(0, slash);
+  if (slash == std::string::npos) {
+    m.pattern = "/v1/sessions/{id}";
+    return m;
+  }
+  const std::string tail = rest.substr(slash + 1);
+  if (tail == "execute" || tail == "interrupt" || tail == "files") {
+    m.pattern = "/v1/sessions/{id}/" + tail;
+  } else if (tail.rfind("files/", 0) == 0) {
+    m.pattern = "/v1/sessions/{id}/files/{path}";
+    m.path = tail.substr(6);
+  } else {
+    m.pattern = target;
+  }
+  return m;
+}
+
+bool WantsEventStream(const Request& req) {
+  auto it = req.find(http::field::accept);
+  return it != req.end() && std::string(it->value()).find("text/event-stream") != std::string::npos;
+}
+
+// Server-Sent Events on the connection (chunked): the headers go out with the
+// first event, so a request refused before anything ran still gets its
+// ordinary status and JSON body.
+class SseWriter final {
+ public:
+  SseWriter(tcp::socket& socket, unsigned version, std::string request_id)
+      : socket_(socket), version_(version), request_id_(std::move(request_id)) {}
+  bool started() const { return started_; }
+  bool failed() const { return failed_; }
+
+  void Event(std::string_view name, const nlohmann::json& data) {
+    if (failed_) return;
+    if (!started_) Start();
+    std::string chunk = "event: ";
+    chunk += name;
+    chunk += "\ndata: ";
+    chunk += data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    chunk += "\n\n";
+    beast::error_code ec;
+    asio::write(socket_, http::make_chunk(asio::buffer(chunk)), ec);
+    if (ec) failed_ = true;
+  }
+  void End() {
+    if (failed_ || !started_) return;
+    beast::error_code ec;
+    asio::write(socket_, http::make_chunk_last(), ec);
+    if (ec) failed_ = true;
+  }
+
+ private:
+  void Start() {
+    started_ = true;
+    http::response<http::empty_body> res{http::status::ok, version_};
+    res.set(http::field::content_type, "text/event-stream");
+    res.set(http::field::cache_control, "no-cache");
+    res.set(http::field::server, "kiln");
+    res.set("X-Request-Id", request_id_);
+    res.set("X-Accel-Buffering", "no");
+    res.chunked(true);
+    res.keep_alive(false);
+    http::response_serializer<http::empty_body> sr{res};
+    beast::error_code ec;
+    http::write_header(socket_, sr, ec);
+    if (ec) failed_ = true;
+  }
+  tcp::socket& socket_;
+  unsigned version_;
+  std::string request_id_;
+  bool started_ = false;
+  bool failed_ = false;
+};
+
+}  // namespace
 
 struct HttpServer::Impl {
   Deps deps;
@@ -172,7 +272,17 @@ struct HttpServer::Impl {
         std::lock_guard<std::mutex> lock(mu);
         reading[fd] = Clock::now();
       }
-      http::read(socket, buffer, parser, ec);
+      http::read_header(socket, buffer, parser, ec);
+      if (!ec) {
+        // An upload may be as large as a file of the files API.
+        const auto& head = parser.get();
+        if (head.method() == http::verb::put &&
+            std::string(head.target()).find("/files/") != std::string::npos) {
+          parser.body_limit(std::max(deps.config->server.max_body_bytes,
+                                     deps.config->server.max_file_bytes + 1));
+        }
+        http::read(socket, buffer, parser, ec);
+      }
       {
         std::lock_guard<std::mutex> lock(mu);
         reading.erase(fd);
@@ -190,7 +300,9 @@ struct HttpServer::Impl {
       if (ec) break;  // closed, timed out, or malformed: drop the connection
       Request req = parser.release();
       const bool keep_alive = req.keep_alive() && !stopping;
-      Response res = Handle(req, peer, fd);
+      streamed = false;
+      Response res = Handle(req, peer, socket);
+      if (streamed) break;  // the handler wrote an event stream; it ends the connection
       res.keep_alive(keep_alive && res.keep_alive());
       http::write(socket, res, ec);
       if (ec || !res.keep_alive()) break;
@@ -220,7 +332,8 @@ struct HttpServer::Impl {
 
   // --- routing -------------------------------------------------------------
 
-  Response Handle(const Request& req, const std::string& peer, int client_fd) {
+  Response Handle(const Request& req, const std::string& peer, tcp::socket& socket) {
+    const int client_fd = socket.native_handle();
     const auto started = Clock::now();
     request_id = NewId().substr(0, 16);
     request_tenant = "-";
@@ -229,8 +342,10 @@ struct HttpServer::Impl {
     const std::string method(req.method_string());
     const std::string route = method + " " + target;
     Response res;
+    const RouteMatch match = MatchPath(target);
+    const std::string pattern_route = method + " " + match.pattern;
     bool known_path = false;
-    for (const auto& r : Routes()) known_path = known_path || r.substr(r.find(' ') + 1) == target;
+    for (const auto& r : Routes()) known_path = known_path || r.substr(r.find(' ') + 1) == match.pattern;
     if (route == "GET /healthz") {
       res = Json(http::status::ok, {{"status", "ok"}}, req.version(), true);
     } else if (route == "GET /readyz") {
@@ -243,6 +358,7 @@ struct HttpServer::Impl {
     } else if (route == "GET /metrics") {
       deps.metrics->SetActive(deps.admission->active());
       deps.metrics->SetQueued(deps.admission->queued());
+      if (deps.sessions != nullptr) deps.metrics->SetSessions(static_cast<int64_t>(deps.sessions->live()));
       res = Response{http::status::ok, req.version()};
       res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
       res.body() = deps.metrics->Render();
@@ -253,7 +369,9 @@ struct HttpServer::Impl {
       res.body() = std::string(OpenApiText());
       res.prepare_payload();
     } else if (route == "POST /v1/execute") {
-      res = ExecuteV1(req, peer, client_fd);
+      res = ExecuteV1(req, peer, socket);
+    } else if (match.pattern.rfind("/v1/sessions", 0) == 0 && known_path) {
+      res = SessionRoute(req, peer, socket, pattern_route, match);
     } else if (route == "POST /execute") {
       res = ExecuteReference(req, peer, client_fd);
     } else if (known_path) {
@@ -265,7 +383,7 @@ struct HttpServer::Impl {
     res.set(http::field::server, "kiln");
     res.set("X-Request-Id", request_id);
     const int code = static_cast<int>(res.result_int());
-    deps.metrics->RecordHttp(known_path ? target : "other", code);
+    deps.metrics->RecordHttp(known_path ? match.pattern : "other", code);
     // One line per request. Never the code or its output (P14).
     KILN_LOG_INFO("request id={} peer={} method={} path={} tenant={} status={} duration_ms={:.1f}",
                   request_id, peer, method, target, request_tenant, code,
@@ -303,6 +421,7 @@ struct HttpServer::Impl {
   // Per connection thread: the request being handled, for its log line.
   static thread_local std::string request_id;
   static thread_local std::string request_tenant;
+  static thread_local bool streamed;  // the handler wrote the response itself (SSE)
 
   struct Outcome {
     std::optional<spawner::ExecResponse> response;
@@ -310,7 +429,8 @@ struct HttpServer::Impl {
     std::optional<Error> error;  // refused before running (bad profile/limits) or internal
   };
 
-  Outcome Run(spawner::ExecRequest& exec, const store::KeyInfo& key, const std::string& peer, int client_fd) {
+  Outcome Run(spawner::ExecRequest& exec, const store::KeyInfo& key, const std::string& peer, int client_fd,
+              const spawner::EventFn& on_event = {}) {
     Outcome out;
     // Profile and limits first: a request over a maximum is a 400, not a queue slot.
     auto profile = deps.config->Find(exec.profile);
@@ -341,7 +461,7 @@ struct HttpServer::Impl {
                                   std::to_string(built->limits().workspace_bytes) + " bytes)");
       return out;
     }
-    exec.id = NewId();
+    exec.id = sessions::NewId();
     const int64_t started_ms = NowMs();
     auto audit_start = [&](const std::string& profile_name) {
       store::AuditStart s;
@@ -384,7 +504,7 @@ struct HttpServer::Impl {
       running.insert(&cancel);
     }
     deps.metrics->SetActive(deps.admission->active());
-    auto response = deps.spawner->Run(exec, &cancel, client_fd);
+    auto response = deps.spawner->Run(exec, &cancel, client_fd, on_event);
     {
       std::lock_guard<std::mutex> lock(mu);
       running.erase(&cancel);
@@ -392,26 +512,14 @@ struct HttpServer::Impl {
     permit->Reset();
     deps.metrics->SetActive(deps.admission->active());
     store::AuditFinish f;
-    f.id = exec.id;
-    f.ended_ms = NowMs();
     if (!response.ok()) {
+      f.id = exec.id;
+      f.ended_ms = NowMs();
       f.status = response.error().code == Code::kInvalidArgument ? "rejected" : "internal_error";
       f.reason = response.error().ToString();
       out.error = std::move(response).error();
     } else {
-      const auto& j = response->result;
-      f.status = j.value("status", "internal_error");
-      if (j["exit_code"].is_number_integer()) f.exit_code = j["exit_code"].get<int>();
-      if (j["signal"].is_number_integer()) f.signal = j["signal"].get<int>();
-      f.duration_ms = j.value("duration_ms", 0.0);
-      f.cpu_ms = j.value("cpu_ms", 0.0);
-      f.peak_memory_bytes = j.value("peak_memory_bytes", uint64_t{0});
-      f.stdout_bytes = j.value("stdout", std::string()).size();
-      f.stderr_bytes = j.value("stderr", std::string()).size();
-      f.stdout_truncated = j.value("stdout_truncated", false);
-      f.stderr_truncated = j.value("stderr_truncated", false);
-      if (j.contains("policy_violation")) f.policy_violation = j["policy_violation"].dump();
-      f.reason = j.value("reason", "");
+      f = sessions::AuditFinishFromResult(exec.id, NowMs(), response->result);
       deps.metrics->RecordExecution(f.status, exec.profile, f.duration_ms / 1e3);
       out.response = std::move(*response);
     }
@@ -433,7 +541,9 @@ struct HttpServer::Impl {
     return res;
   }
 
-  Response ExecuteV1(const Request& req, const std::string& peer, int client_fd) {
+  // The API key of a /v1 request; a ready response when there is none (401)
+  // or the key store failed (503).
+  std::optional<Response> AuthV1(const Request& req, std::optional<store::KeyInfo>* key) {
     auto auth = Authenticate(req);
     if (!auth.ok()) {
       Response res = Json(http::status::service_unavailable, V1ErrorBody("unavailable", auth.error().message),
@@ -441,8 +551,8 @@ struct HttpServer::Impl {
       res.set(http::field::retry_after, "5");
       return res;
     }
-    const auto& key = *auth;
-    if (!key) {
+    *key = *auth;
+    if (!*key) {
       Response res = Json(http::status::unauthorized,
                           V1ErrorBody("unauthenticated", "a valid API key is required (Authorization: "
                                                          "Bearer KEY or X-API-Key: KEY)"),
@@ -450,20 +560,47 @@ struct HttpServer::Impl {
       res.set(http::field::www_authenticate, "Bearer");
       return res;
     }
+    return std::nullopt;
+  }
+
+  // An error of a /v1 call as its JSON response (the one table, P7).
+  Response V1Error(const Error& e, unsigned version) {
+    const auto status = StatusFor(e.code);
+    // A field over a profile's limit is the same kind of 400 as any bad field.
+    std::string code = e.code == Code::kInvalidArgument ? "invalid_value" : std::string(ToString(e.code));
+    std::string message = e.message;
+    // "session_busy: ..." / "session_limit: ...": the code is the prefix.
+    for (const char* prefix : {"session_busy", "session_limit"}) {
+      const std::string p = std::string(prefix) + ": ";
+      if (message.rfind(p, 0) == 0) {
+        code = prefix;
+        message = message.substr(p.size());
+      }
+    }
+    if (e.code == Code::kGone) code = "session_gone";
+    if (e.code == Code::kNotFound) code = "not_found";
+    return Json(status, V1ErrorBody(code, message, FieldOf(message)), version, true);
+  }
+
+  Response ExecuteV1(const Request& req, const std::string& peer, tcp::socket& socket) {
+    const int client_fd = socket.native_handle();
+    std::optional<store::KeyInfo> key;
+    if (auto refused = AuthV1(req, &key)) return *refused;
     V1Request parsed;
     if (auto e = ParseV1Execute(req.body(), deps.config->server.default_profile, &parsed)) {
       return Json(http::status::bad_request, V1ErrorBody(e->code, e->message, e->field), req.version(), true);
     }
-    Outcome out = Run(parsed.exec, *key, peer, client_fd);
+    std::optional<SseWriter> sse;
+    spawner::EventFn on_event;
+    if (WantsEventStream(req)) {
+      sse.emplace(socket, req.version(), request_id);
+      on_event = [&sse](std::string_view event, const nlohmann::json& data) { sse->Event(event, data); };
+    }
+    Outcome out = Run(parsed.exec, *key, peer, client_fd, on_event);
     if (out.rejection) return Rejected(*out.rejection, req.version(), false);
     if (out.error) {
-      const auto status = StatusFor(out.error->code);
-      // A field over a profile's limit is the same kind of 400 as any bad field.
-      const std::string code = out.error->code == Code::kInvalidArgument
-                                   ? "invalid_value"
-                                   : std::string(ToString(out.error->code));
-      return Json(status, V1ErrorBody(code, out.error->message, FieldOf(out.error->message)),
-                  req.version(), true);
+      if (sse && sse->started()) return StreamError(&*sse, *out.error);
+      return V1Error(*out.error, req.version());
     }
     nlohmann::json body = out.response->result;
     body["id"] = parsed.exec.id;
@@ -474,7 +611,21 @@ struct HttpServer::Impl {
       }
       body["files"] = files;
     }
+    if (sse) return StreamDone(&*sse, body);
     return Json(http::status::ok, body, req.version(), true);
+  }
+
+  // Ends an event stream with its "done" event (the whole result, or the
+  // error body). The returned response is not sent (streamed).
+  Response StreamDone(SseWriter* sse, const nlohmann::json& done) {
+    sse->Event("done", done);
+    sse->End();
+    streamed = true;
+    return Response{http::status::ok, 11};  // for the log line: the stream began with 200
+  }
+  // An error after the stream began: "done" carries the error body.
+  Response StreamError(SseWriter* sse, const Error& e) {
+    return StreamDone(sse, nlohmann::json::parse(V1Error(e, 11).body(), nullptr, false));
   }
 
   Response ExecuteReference(const Request& req, const std::string& peer, int client_fd) {
@@ -531,10 +682,126 @@ struct HttpServer::Impl {
     }
     return Json(http::status::ok, body, req.version(), true);
   }
+
+  // --- sessions --------------------------------------------------------------
+
+  Response SessionRoute(const Request& req, const std::string& peer, tcp::socket& socket,
+                        const std::string& route, const RouteMatch& m) {
+    const unsigned v = req.version();
+    std::optional<store::KeyInfo> key;
+    if (auto refused = AuthV1(req, &key)) return *refused;
+    if (deps.sessions == nullptr) {
+      return Json(http::status::service_unavailable, V1ErrorBody("unavailable", "sessions are off"), v, true);
+    }
+    const sessions::Caller caller{key->tenant, key->id, peer};
+    auto no_content = [v] {
+      Response res{http::status::no_content, v};
+      res.keep_alive(true);
+      res.prepare_payload();
+      return res;
+    };
+    if (route == "POST /v1/sessions") {
+      sessions::SessionOptions options;
+      if (auto e = ParseSessionCreate(req.body(), &options)) {
+        return Json(http::status::bad_request, V1ErrorBody(e->code, e->message, e->field), v, true);
+      }
+      auto created = deps.sessions->Create(caller, options);
+      if (!created.ok()) return V1Error(created.error(), v);
+      Response res = Json(http::status::created, *created, v, true);
+      res.set(http::field::location, "/v1/sessions/" + created->value("id", ""));
+      return res;
+    }
+    if (route == "GET /v1/sessions") return Json(http::status::ok, deps.sessions->List(caller), v, true);
+
+    const std::string& id = m.id;
+    if (route == "GET /v1/sessions/{id}") {
+      auto got = deps.sessions->Get(caller, id);
+      return got.ok() ? Json(http::status::ok, *got, v, true) : V1Error(got.error(), v);
+    }
+    if (route == "DELETE /v1/sessions/{id}") {
+      Status st = deps.sessions->Delete(caller, id);
+      return st.ok() ? no_content() : V1Error(st.error(), v);
+    }
+    if (route == "POST /v1/sessions/{id}/interrupt") {
+      auto r = deps.sessions->Interrupt(caller, id);
+      return r.ok() ? Json(http::status::ok, {{"interrupted", *r}}, v, true) : V1Error(r.error(), v);
+    }
+    if (route == "POST /v1/sessions/{id}/execute") {
+      SessionExecuteRequest parsed;
+      if (auto e = ParseSessionExecute(req.body(), &parsed)) {
+        return Json(http::status::bad_request, V1ErrorBody(e->code, e->message, e->field), v, true);
+      }
+      std::optional<SseWriter> sse;
+      spawner::EventFn on_event;
+      if (WantsEventStream(req)) {
+        sse.emplace(socket, v, request_id);
+        on_event = [&sse](std::string_view event, const nlohmann::json& data) { sse->Event(event, data); };
+      }
+      auto out = deps.sessions->Execute(caller, id, parsed.code, parsed.timeout_s, on_event,
+                                        socket.native_handle());
+      if (!out.ok()) {
+        if (sse && sse->started()) return StreamError(&*sse, out.error());
+        return V1Error(out.error(), v);
+      }
+      if (out->rejection) return Rejected(*out->rejection, v, false);
+      nlohmann::json body = out->response->result;
+      body["id"] = out->execution_id;
+      body["session_id"] = id;
+      if (sse) return StreamDone(&*sse, body);
+      return Json(http::status::ok, body, v, true);
+    }
+    if (route == "GET /v1/sessions/{id}/files") {
+      auto files = deps.sessions->ListFiles(caller, id);
+      return files.ok() ? Json(http::status::ok, {{"files", *files}}, v, true) : V1Error(files.error(), v);
+    }
+    // /v1/sessions/{id}/files/{path}
+    const auto path = PercentDecode(m.path);
+    if (!path) {
+      return Json(http::status::bad_request,
+                  V1ErrorBody("invalid_value", "the path has a malformed %-escape or an encoded NUL", "path"),
+                  v, true);
+    }
+    auto file_error = [&](const Error& e) {
+      if (e.code == Code::kResourceExhausted) {
+        return Json(http::status::payload_too_large, V1ErrorBody("too_large", e.message, "body"), v, true);
+      }
+      if (e.code == Code::kInvalidArgument) {
+        return Json(http::status::bad_request, V1ErrorBody("invalid_value", e.message, "path"), v, true);
+      }
+      if (e.code == Code::kFailedPrecondition) {
+        return Json(http::status::conflict, V1ErrorBody("conflict", e.message, "path"), v, true);
+      }
+      return V1Error(e, v);
+    };
+    if (route == "PUT /v1/sessions/{id}/files/{path}") {
+      Status st = deps.sessions->PutFile(caller, id, *path, req.body());
+      if (!st.ok()) return file_error(st.error());
+      return Json(http::status::created, {{"path", *path}, {"size", req.body().size()}}, v, true);
+    }
+    if (route == "GET /v1/sessions/{id}/files/{path}") {
+      auto bytes = deps.sessions->GetFile(caller, id, *path);
+      if (!bytes.ok()) return file_error(bytes.error());
+      Response res{http::status::ok, v};
+      res.set(http::field::content_type, "application/octet-stream");
+      res.keep_alive(true);
+      res.body() = std::move(*bytes);
+      res.prepare_payload();
+      return res;
+    }
+    if (route == "DELETE /v1/sessions/{id}/files/{path}") {
+      Status st = deps.sessions->DeleteFile(caller, id, *path);
+      return st.ok() ? no_content() : file_error(st.error());
+    }
+    return Json(http::status::method_not_allowed,
+                V1ErrorBody("method_not_allowed", std::string(req.method_string()) + " is not allowed on " +
+                                                      std::string(req.target())),
+                v, true);
+  }
 };
 
 thread_local std::string HttpServer::Impl::request_id;
 thread_local std::string HttpServer::Impl::request_tenant;
+thread_local bool HttpServer::Impl::streamed = false;
 
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -594,6 +861,7 @@ void HttpServer::Shutdown(std::chrono::milliseconds grace) {
     std::lock_guard<std::mutex> lock(s.mu);
     for (auto* token : s.running) token->Cancel();
   }
+  if (s.deps.sessions != nullptr) s.deps.sessions->Shutdown();
   s.deps.admission->WaitIdle(std::chrono::seconds(30));
   // 4. Idle keep-alive connections: wake their reads so the threads exit.
   std::unique_lock<std::mutex> lock(s.mu);

@@ -27,6 +27,7 @@
 #include "base/result.h"
 #include "config/config.h"
 #include "metrics/metrics.h"
+#include "sessions/session_manager.h"
 #include "spawner/spawner.h"
 #include "store/store.h"
 
@@ -38,10 +39,12 @@ struct Deps {
   admission::AdmissionController* admission;
   metrics::Metrics* metrics;
   spawner::Spawner* spawner;
+  sessions::SessionManager* sessions;
   nlohmann::json readiness;  // doctor's verdict at start: {"ready": bool, "layers": [...]}
 };
 
-// The routes the server answers, "METHOD PATH" (checked against docs/openapi.json).
+// The routes the server answers, "METHOD PATH" with {id}/{path} placeholders
+// (checked against docs/openapi.json).
 const std::vector<std::string>& Routes();
 // The OpenAPI document served at /openapi.json (docs/openapi.json, built in).
 std::string_view OpenApiText();

@@ -17,6 +17,7 @@
 #include "base/log.h"
 #include "ipc/frame.h"
 #include "supervisor/sandbox.h"
+#include "supervisor/workspace_files.h"
 #include "sys/syscalls.h"
 
 namespace kiln::spawner {
@@ -31,41 +32,120 @@ Status WriteFrame(int fd, const nlohmann::json& message) {
   return OkStatus();
 }
 
-// Reads one frame, polling `extra_fd` (readable) and `hangup_fd` (peer hung
-// up) too; returns kCancelled when either fires.
-Result<nlohmann::json> ReadFrame(int fd, size_t max, int extra_fd, bool* extra_fired,
-                                 int hangup_fd = -1) {
-  ipc::FrameReader reader(max);
-  char chunk[65536];
-  for (;;) {
-    auto next = reader.Next();
-    if (!next.ok()) return std::move(next).error();
-    if (next->has_value()) return ipc::ParseFrame(**next);
-    pollfd fds[3] = {{fd, POLLIN, 0}, {extra_fd, POLLIN, 0}, {hangup_fd, POLLRDHUP, 0}};
-    const int rc = ::poll(fds, 3, -1);  // negative fds are ignored by poll
-    if (rc < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("poll job channel");
-    }
-    const bool fired = (extra_fd >= 0 && fds[1].revents != 0) ||
-                       (hangup_fd >= 0 && (fds[2].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0);
-    if (fired && extra_fired != nullptr && !*extra_fired) {
-      *extra_fired = true;
-      return MakeError(Code::kCancelled, "cancelled");
-    }
-    if (fds[0].revents == 0) continue;
-    ssize_t n = ::read(fd, chunk, sizeof chunk);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("read job channel");
-    }
-    if (n == 0) {
-      return MakeError(Code::kUnavailable, reader.pending() > 0 ? "job channel ended mid-frame"
-                                                                : "job channel closed");
-    }
-    reader.Feed(chunk, static_cast<size_t>(n));
-  }
+Code CodeFromName(const std::string& code) {
+  if (code == "invalid_argument") return Code::kInvalidArgument;
+  if (code == "failed_precondition") return Code::kFailedPrecondition;
+  if (code == "resource_exhausted") return Code::kResourceExhausted;
+  if (code == "not_found") return Code::kNotFound;
+  if (code == "aborted") return Code::kAborted;
+  if (code == "unavailable") return Code::kUnavailable;
+  return Code::kInternal;
 }
+
+nlohmann::json ErrorFrame(const Error& e) {
+  return {{"type", "error"}, {"code", std::string(ToString(e.code))}, {"message", e.message}};
+}
+
+Error ErrorOf(const nlohmann::json& frame) {
+  return MakeError(CodeFromName(frame.value("code", "internal")), frame.value("message", "unknown error"));
+}
+
+}  // namespace
+
+// Frames on a job socket (docs/protocol.md section 5), with a reader that
+// keeps what arrived past one frame for the next.
+class FramedChannel final {
+ public:
+  FramedChannel(UniqueFd fd, size_t max) : fd_(std::move(fd)), reader_(max) {}
+  int fd() const { return fd_.get(); }
+
+  // Something else to wait for while reading: fires once.
+  struct Waker {
+    int fd = -1;
+    short events = POLLIN;
+    std::function<void()> fire;
+    bool fired = false;
+  };
+
+  // The next frame, blocking; wakers fire (once each) when their fd is ready.
+  Result<nlohmann::json> Read(std::vector<Waker>* wakers = nullptr) {
+    char chunk[65536];
+    for (;;) {
+      auto next = reader_.Next();
+      if (!next.ok()) return std::move(next).error();
+      if (next->has_value()) return ipc::ParseFrame(**next);
+      pollfd fds[4];
+      nfds_t n = 0;
+      fds[n++] = {fd_.get(), POLLIN, 0};
+      std::vector<Waker*> active;
+      if (wakers != nullptr) {
+        for (auto& w : *wakers) {
+          if (w.fired || w.fd < 0 || n >= 4) continue;
+          fds[n++] = {w.fd, w.events, 0};
+          active.push_back(&w);
+        }
+      }
+      const int rc = ::poll(fds, n, -1);
+      if (rc < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoError("poll job channel");
+      }
+      for (size_t i = 0; i < active.size(); ++i) {
+        if (fds[i + 1].revents != 0) {
+          active[i]->fired = true;
+          active[i]->fire();
+        }
+      }
+      if (fds[0].revents == 0) continue;
+      KILN_ASSIGN_OR_RETURN(bool open, ReadSome(chunk, sizeof chunk));
+      if (!open) {
+        return MakeError(Code::kUnavailable, reader_.pending() > 0 ? "job channel ended mid-frame"
+                                                                   : "job channel closed");
+      }
+    }
+  }
+
+  // A frame if one is complete now; nullopt otherwise; kUnavailable at EOF.
+  Result<std::optional<nlohmann::json>> TryRead() {
+    char chunk[65536];
+    for (;;) {
+      auto next = reader_.Next();
+      if (!next.ok()) return std::move(next).error();
+      if (next->has_value()) {
+        KILN_ASSIGN_OR_RETURN(nlohmann::json frame, ipc::ParseFrame(**next));
+        return std::optional<nlohmann::json>(std::move(frame));
+      }
+      pollfd pfd{fd_.get(), POLLIN, 0};
+      const int rc = ::poll(&pfd, 1, 0);
+      if (rc < 0 && errno != EINTR) return ErrnoError("poll job channel");
+      if (rc <= 0) return std::optional<nlohmann::json>();
+      KILN_ASSIGN_OR_RETURN(bool open, ReadSome(chunk, sizeof chunk));
+      if (!open) return MakeError(Code::kUnavailable, "job channel closed");
+    }
+  }
+
+  Status Write(const nlohmann::json& message) { return WriteFrame(fd_.get(), message); }
+  void ShutdownWrite() { ::shutdown(fd_.get(), SHUT_WR); }
+
+ private:
+  Result<bool> ReadSome(char* chunk, size_t size) {
+    for (;;) {
+      const ssize_t n = ::read(fd_.get(), chunk, size);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoError("read job channel");
+      }
+      if (n == 0) return false;
+      reader_.Feed(chunk, static_cast<size_t>(n));
+      return true;
+    }
+  }
+
+  UniqueFd fd_;
+  ipc::FrameReader reader_;
+};
+
+namespace {
 
 nlohmann::json LimitsToJson(const config::LimitSpec& l) {
   nlohmann::json j = nlohmann::json::object();
@@ -79,39 +159,236 @@ nlohmann::json LimitsToJson(const config::LimitSpec& l) {
   return j;
 }
 
-// The supervisor process of one job: single-threaded, forked by the spawner.
-[[noreturn]] void RunJob(int fd, const config::Config& config, const supervisor::HostContext& host) {
-  auto reply_error = [fd](const Error& e) {
-    (void)WriteFrame(fd, {{"type", "error"},
-                          {"code", std::string(ToString(e.code))},
-                          {"message", e.ToString()}});
+Result<config::LimitSpec> LimitsFromJson(const nlohmann::json& l) {
+  if (!l.is_object()) return InvalidArgument("limits must be an object");
+  auto num = [&l](const char* k) -> std::optional<double> {
+    return l.contains(k) && l[k].is_number() ? std::optional<double>(l[k].get<double>()) : std::nullopt;
+  };
+  auto u64 = [&l](const char* k) -> std::optional<uint64_t> {
+    return l.contains(k) && l[k].is_number_unsigned() ? std::optional<uint64_t>(l[k].get<uint64_t>())
+                                                      : std::nullopt;
+  };
+  config::LimitSpec out;
+  out.timeout_s = num("timeout_s");
+  out.cpu_time_s = num("cpu_time_s");
+  out.memory_bytes = u64("memory_bytes");
+  out.cpus = num("cpus");
+  out.pids = u64("pids");
+  out.output_bytes = u64("output_bytes");
+  out.disk_bytes = u64("disk_bytes");
+  return out;
+}
+
+nlohmann::json ResultFrame(const supervisor::ExecutionResult& result) {
+  nlohmann::json files = nlohmann::json::array();
+  for (const auto& f : result.returned_files) {
+    files.push_back({{"path", f.path}, {"content_base64", Base64Encode(f.content)}});
+  }
+  return {{"type", "result"}, {"result", supervisor::ToJson(result, false)}, {"files", files}};
+}
+
+Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const std::string& profile_name,
+                                          const config::LimitSpec& limits,
+                                          std::vector<std::pair<std::string, std::string>>* files) {
+  KILN_ASSIGN_OR_RETURN(const config::Profile* profile, config.Find(profile_name));
+  KILN_ASSIGN_OR_RETURN(policy::PolicyBuilder builder, config::PolicyFor(*profile, limits));
+  if (files != nullptr) {
+    for (auto& [path, bytes] : *files) builder.AddFileContent(path, std::move(bytes));
+  }
+  if (::geteuid() != 0) builder.CgroupRequirement(policy::Requirement::kBestEffort);
+  return builder.Build();
+}
+
+// One-shot: one request, one sandbox, one result.
+[[noreturn]] void RunOneShot(FramedChannel& ch, const nlohmann::json& frame, const config::Config& config,
+                             const supervisor::HostContext& host) {
+  auto reply_error = [&ch](const Error& e) {
+    (void)ch.Write(ErrorFrame(e));
     ::_exit(0);
   };
-  auto frame = ReadFrame(fd, kMaxRequestBytes, -1, nullptr);
-  if (!frame.ok()) ::_exit(1);
-  auto request = DecodeRequest(*frame);
+  auto request = DecodeRequest(frame);
   if (!request.ok()) reply_error(request.error());
-  auto profile = config.Find(request->profile);
-  if (!profile.ok()) reply_error(profile.error());
-  auto builder = config::PolicyFor(**profile, request->limits);
-  if (!builder.ok()) reply_error(builder.error());
-  for (auto& [path, bytes] : request->files) builder->AddFileContent(path, std::move(bytes));
-  if (::geteuid() != 0) builder->CgroupRequirement(policy::Requirement::kBestEffort);
-  auto policy = builder->Build();
+  auto policy = BuildPolicy(config, request->profile, request->limits, &request->files);
   if (!policy.ok()) reply_error(policy.error());
   supervisor::Program program{request->filename, request->code, request->env};
   supervisor::RunOptions options;
   options.return_files = request->return_files;
-  options.cancel_fd = fd;  // the server closing its end cancels the run
+  options.cancel_fd = ch.fd();  // the server closing its end cancels the run
+  if (request->stream) {
+    options.on_event = [&ch](std::string_view event, const nlohmann::json& data) {
+      (void)ch.Write({{"type", "event"}, {"event", std::string(event)}, {"data", data}});
+    };
+  }
   auto result = supervisor::RunSandboxed(host, *policy, program, options);
   if (!result.ok()) reply_error(result.error());
-  nlohmann::json files = nlohmann::json::array();
-  for (const auto& f : result->returned_files) {
-    files.push_back({{"path", f.path}, {"content_base64", Base64Encode(f.content)}});
-  }
-  (void)WriteFrame(fd, {{"type", "result"}, {"result", supervisor::ToJson(*result, false)},
-                        {"files", files}});
+  (void)ch.Write(ResultFrame(*result));
   ::_exit(0);
+}
+
+// A session: one sandbox kept between requests (docs/protocol.md section 5).
+[[noreturn]] void RunSession(FramedChannel& ch, const nlohmann::json& frame, const config::Config& config,
+                             const supervisor::HostContext& host) {
+  auto reply_error = [&ch](const Error& e) {
+    (void)ch.Write(ErrorFrame(e));
+    ::_exit(0);
+  };
+  auto start = DecodeSessionRequest(frame);
+  if (!start.ok()) reply_error(start.error());
+  auto policy = BuildPolicy(config, start->profile, start->limits, nullptr);
+  if (!policy.ok()) reply_error(policy.error());
+  supervisor::LaunchOptions launch;
+  launch.env = start->env;
+  // RLIMIT_CPU backstop: all the cpu the session could use in its lifetime.
+  launch.rlimit_cpu_s = start->max_lifetime_s * std::max(1.0, policy->limits().cpus) + 1;
+  auto sandbox = supervisor::Sandbox::Launch(host, *policy, launch);
+  if (!sandbox.ok()) reply_error(sandbox.error());
+  supervisor::Sandbox& sbx = **sandbox;
+  bool server_gone = false;
+  supervisor::Waiters setup_waiters;
+  setup_waiters.cancel_fd = ch.fd();  // anything from the server before ready: it gave up
+  if (!sbx.WaitReady(setup_waiters)) {
+    supervisor::ExecutionResult r = sbx.Finish({});
+    reply_error(MakeError(Code::kFailedPrecondition, "the session's sandbox did not start: " + r.reason));
+  }
+  const policy::Limits& limits = policy->limits();
+  (void)ch.Write({{"type", "ready"},
+                  {"limits",
+                   {{"memory_bytes", limits.memory_bytes},
+                    {"cpus", limits.cpus},
+                    {"timeout_s", limits.wall_timeout_s},
+                    {"cpu_time_s", limits.cpu_time_s},
+                    {"pids", limits.pids},
+                    {"disk_bytes", limits.workspace_bytes},
+                    {"output_bytes", limits.output_bytes}}}});
+
+  supervisor::WorkspaceCaps caps;
+  caps.max_file_bytes = start->max_file_bytes;
+  caps.max_workspace_bytes = limits.workspace_bytes;
+  const bool root = ::geteuid() == 0;
+  auto end_session = [&](const std::string& reason, bool tell) {
+    if (tell) (void)ch.Write({{"type", "gone"}, {"reason", reason}});
+    (void)sbx.Finish({});
+    ::_exit(0);
+  };
+
+  // Control frames that may arrive while a cell runs.
+  auto on_control = [&] {
+    for (;;) {
+      auto next = ch.TryRead();
+      if (!next.ok()) {  // the server closed: end the session now
+        server_gone = true;
+        sbx.Cancel();
+        return;
+      }
+      if (!next->has_value()) return;
+      const std::string type = (**next).value("type", "");
+      if (type == "interrupt") {
+        sbx.Interrupt();
+      } else if (type == "cancel") {
+        sbx.Cancel();
+      }
+      // Anything else during a cell is a server bug; ignored.
+    }
+  };
+
+  for (;;) {
+    if (!sbx.CheckAlive()) end_session(sbx.death_reason(), true);
+    pollfd fds[2] = {{ch.fd(), POLLIN, 0}, {sbx.IdleFds()[0], POLLIN, 0}};
+    const int rc = ::poll(fds, 2, 1000);
+    if (rc < 0 && errno != EINTR) end_session("supervisor poll failed", true);
+    if (rc <= 0 || fds[0].revents == 0) continue;
+    for (;;) {
+      auto next = ch.TryRead();
+      if (!next.ok()) end_session("the server closed the session", false);
+      if (!next->has_value()) break;
+      const nlohmann::json& req = **next;
+      const std::string type = req.value("type", "");
+      if (type == "execute") {
+        supervisor::CellSpec cell;
+        cell.code = req.value("code", "");
+        cell.timeout_s = req.value("timeout_s", limits.wall_timeout_s);
+        cell.interrupt_grace_s = start->interrupt_grace_s;
+        const bool stream = req.value("stream", false);
+        supervisor::Waiters waiters;
+        waiters.control_fd = ch.fd();
+        waiters.on_control = on_control;
+        const supervisor::EventSink sink =
+            stream ? supervisor::EventSink([&ch](std::string_view event, const nlohmann::json& data) {
+              (void)ch.Write({{"type", "event"}, {"event", std::string(event)}, {"data", data}});
+            })
+                   : supervisor::EventSink();
+        supervisor::ExecutionResult r = sbx.RunCell(cell, waiters, sink);
+        if (server_gone) end_session("the server closed the session", false);
+        (void)ch.Write(ResultFrame(r));
+        if (!sbx.alive()) end_session(sbx.death_reason(), true);
+      } else if (type == "interrupt") {
+        // Between cells: nothing to interrupt.
+      } else if (type == "stats") {
+        auto mem = sbx.MemoryInUse();
+        (void)ch.Write({{"type", "stats"},
+                        {"memory_bytes", mem ? nlohmann::json(*mem) : nlohmann::json(nullptr)}});
+      } else if (type == "file_put" || type == "file_get" || type == "file_list" ||
+                 type == "file_delete") {
+        const int ws = sbx.workspace_fd();
+        Status done = OkStatus();
+        nlohmann::json reply = {{"type", "ok"}};
+        if (ws < 0) {
+          done = Internal("the session has no workspace");
+        } else if (type == "file_list") {
+          auto entries = supervisor::ListBeneath(ws, 100000, 32);
+          if (!entries.ok()) {
+            done = std::move(entries).error();
+          } else {
+            nlohmann::json files = nlohmann::json::array();
+            for (const auto& e : *entries) {
+              files.push_back({{"path", e.path}, {"size", e.size}, {"directory", e.directory}});
+            }
+            reply["files"] = std::move(files);
+          }
+        } else {
+          auto path = supervisor::NormalizeWorkspacePath(req.value("path", ""));
+          if (!path.ok()) {
+            done = std::move(path).error();
+          } else if (type == "file_put") {
+            auto bytes = Base64Decode(req.value("content_base64", ""));
+            if (!bytes.ok()) {
+              done = InvalidArgument("content: not base64");
+            } else if (root) {
+              auto ids = supervisor::ScopedFsIds::Enter(sbx.outer_uid(), sbx.outer_gid());
+              done = ids.ok() ? supervisor::WriteFileBeneath(ws, *path, *bytes, caps, sbx.outer_uid(),
+                                                             sbx.outer_gid())
+                              : Status(std::move(ids).error());
+            } else {
+              done = supervisor::WriteFileBeneath(ws, *path, *bytes, caps, sbx.outer_uid(),
+                                                  sbx.outer_gid());
+            }
+            reply["size"] = bytes.ok() ? bytes->size() : 0;
+          } else if (type == "file_get") {
+            auto bytes = supervisor::ReadFileBeneath(ws, *path, caps.max_file_bytes);
+            if (!bytes.ok()) {
+              done = std::move(bytes).error();
+            } else {
+              reply["content_base64"] = Base64Encode(*bytes);
+            }
+          } else {
+            done = supervisor::DeleteBeneath(ws, *path);
+          }
+        }
+        (void)ch.Write(done.ok() ? reply : ErrorFrame(done.error()));
+      } else {
+        (void)ch.Write(ErrorFrame(InvalidArgument("unknown session request '" + type + "'")));
+      }
+    }
+  }
+}
+
+// The supervisor process of one job: single-threaded, forked by the spawner.
+[[noreturn]] void RunJob(int fd, const config::Config& config, const supervisor::HostContext& host) {
+  FramedChannel ch{UniqueFd(fd), kMaxRequestBytes};
+  auto frame = ch.Read();
+  if (!frame.ok()) ::_exit(1);
+  if (frame->value("type", "") == "session_start") RunSession(ch, *frame, config, host);
+  RunOneShot(ch, *frame, config, host);
 }
 
 [[noreturn]] void SpawnerMain(int control, pid_t server, const config::Config& config,
@@ -201,6 +478,7 @@ nlohmann::json EncodeRequest(const ExecRequest& r) {
                       {"limits", LimitsToJson(r.limits)},    {"code", r.code},
                       {"filename", r.filename},              {"files", files}};
   j["return_files"] = r.return_files ? nlohmann::json(*r.return_files) : nlohmann::json(nullptr);
+  j["stream"] = r.stream;
   nlohmann::json env = nlohmann::json::object();
   for (const auto& [k, v] : r.env) env[k] = v;
   j["env"] = env;
@@ -215,22 +493,7 @@ Result<ExecRequest> DecodeRequest(const nlohmann::json& j) {
   KILN_ASSIGN_OR_RETURN(r.profile, ipc::GetString(j, "profile"));
   KILN_ASSIGN_OR_RETURN(r.code, ipc::GetString(j, "code"));
   KILN_ASSIGN_OR_RETURN(r.filename, ipc::GetString(j, "filename"));
-  const auto& l = j.value("limits", nlohmann::json::object());
-  if (!l.is_object()) return InvalidArgument("limits must be an object");
-  auto num = [&l](const char* k) -> std::optional<double> {
-    return l.contains(k) && l[k].is_number() ? std::optional<double>(l[k].get<double>()) : std::nullopt;
-  };
-  auto u64 = [&l](const char* k) -> std::optional<uint64_t> {
-    return l.contains(k) && l[k].is_number_unsigned() ? std::optional<uint64_t>(l[k].get<uint64_t>())
-                                                      : std::nullopt;
-  };
-  r.limits.timeout_s = num("timeout_s");
-  r.limits.cpu_time_s = num("cpu_time_s");
-  r.limits.memory_bytes = u64("memory_bytes");
-  r.limits.cpus = num("cpus");
-  r.limits.pids = u64("pids");
-  r.limits.output_bytes = u64("output_bytes");
-  r.limits.disk_bytes = u64("disk_bytes");
+  KILN_ASSIGN_OR_RETURN(r.limits, LimitsFromJson(j.value("limits", nlohmann::json::object())));
   const auto files = j.value("files", nlohmann::json::array());
   if (!files.is_array()) return InvalidArgument("files must be an array");
   for (const auto& f : files) {
@@ -246,6 +509,7 @@ Result<ExecRequest> DecodeRequest(const nlohmann::json& j) {
       r.env.emplace_back(k, v.get<std::string>());
     }
   }
+  r.stream = j.value("stream", false);
   if (j.contains("return_files") && j["return_files"].is_array()) {
     std::vector<std::string> globs;
     for (const auto& g : j["return_files"]) {
@@ -286,67 +550,232 @@ Spawner::~Spawner() {
 
 bool Spawner::Alive() const { return pid_ > 0 && ::kill(pid_, 0) == 0; }
 
-Result<ExecResponse> Spawner::Run(const ExecRequest& request, const CancelToken* cancel,
-                                  int hangup_fd) {
+Result<UniqueFd> Spawner::NewJob() {
   int sp[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) return ErrnoError("socketpair");
   UniqueFd job(sp[0]), theirs(sp[1]);
+  char tag = 'J';
+  iovec iov{&tag, 1};
+  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = cbuf;
+  msg.msg_controllen = sizeof cbuf;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  const int fd = theirs.get();
+  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  std::lock_guard<std::mutex> lock(send_mu_);
+  if (::sendmsg(control_.get(), &msg, MSG_NOSIGNAL) != 1) {
+    return ErrnoError("hand the job to the spawner", errno);
+  }
+  return job;
+}
+
+namespace {
+
+// Reads frames up to the result, passing events on. `wakers` as FramedChannel::Read.
+Result<ExecResponse> ReadResult(FramedChannel& ch, const EventFn& on_event,
+                                std::vector<FramedChannel::Waker>* wakers) {
+  for (;;) {
+    auto frame = ch.Read(wakers);
+    if (!frame.ok()) {
+      return MakeError(Code::kInternal, "the sandbox's supervisor ended without a result: " +
+                                            frame.error().message);
+    }
+    const std::string type = (*frame)["type"].get<std::string>();
+    if (type == "event") {
+      if (on_event && frame->contains("data")) on_event(frame->value("event", ""), (*frame)["data"]);
+      continue;
+    }
+    if (type == "error") return ErrorOf(*frame);
+    if (type == "gone") {
+      return MakeError(Code::kNotFound, "the session is gone: " + frame->value("reason", ""));
+    }
+    if (type != "result" || !frame->contains("result") || !(*frame)["result"].is_object()) {
+      return Internal("malformed response from the supervisor");
+    }
+    ExecResponse response;
+    response.result = std::move((*frame)["result"]);
+    for (const auto& f : frame->value("files", nlohmann::json::array())) {
+      auto bytes = Base64Decode(f.value("content_base64", ""));
+      if (!bytes.ok()) return Internal("malformed returned file");
+      response.files.emplace_back(f.value("path", ""), std::move(*bytes));
+    }
+    return response;
+  }
+}
+
+}  // namespace
+
+Result<ExecResponse> Spawner::Run(const ExecRequest& request, const CancelToken* cancel,
+                                  int hangup_fd, const EventFn& on_event) {
+  KILN_ASSIGN_OR_RETURN(UniqueFd job, NewJob());
+  FramedChannel ch(std::move(job), kMaxResponseBytes);
+  ExecRequest req = request;
+  req.stream = static_cast<bool>(on_event);
+  KILN_TRY(ch.Write(EncodeRequest(req)));
+  // Cancel or a client hangup: EOF on the supervisor's end, which kills the
+  // sandbox and answers with its "cancelled" result.
+  std::vector<FramedChannel::Waker> wakers(2);
+  wakers[0].fd = cancel ? cancel->fd() : -1;
+  wakers[0].fire = [&ch] { ch.ShutdownWrite(); };
+  wakers[1].fd = hangup_fd;
+  wakers[1].events = POLLRDHUP;
+  wakers[1].fire = [&ch] { ch.ShutdownWrite(); };
+  return ReadResult(ch, on_event, &wakers);
+}
+
+SessionChannel::SessionChannel() = default;
+SessionChannel::~SessionChannel() = default;  // closing the socket ends the session
+
+Result<std::unique_ptr<SessionChannel>> Spawner::StartSession(const SessionRequest& request,
+                                                              const CancelToken* cancel) {
+  KILN_ASSIGN_OR_RETURN(UniqueFd job, NewJob());
+  auto session = std::unique_ptr<SessionChannel>(new SessionChannel());
+  session->channel_ = std::make_unique<FramedChannel>(std::move(job), kMaxResponseBytes);
+  FramedChannel& ch = *session->channel_;
+  KILN_TRY(ch.Write(EncodeSessionRequest(request)));
+  std::vector<FramedChannel::Waker> wakers(1);
+  wakers[0].fd = cancel ? cancel->fd() : -1;
+  wakers[0].fire = [&ch] { ch.ShutdownWrite(); };
+  auto frame = ch.Read(&wakers);
+  if (!frame.ok()) return MakeError(Code::kInternal, "the session's supervisor ended: " + frame.error().message);
+  const std::string type = frame->value("type", "");
+  if (type == "error") return ErrorOf(*frame);
+  if (type != "ready") return Internal("malformed response from the session's supervisor");
+  session->ready_ = std::move(*frame);
+  return session;
+}
+
+Result<ExecResponse> SessionChannel::Execute(const std::string& code, double timeout_s,
+                                             const EventFn& on_event, int hangup_fd,
+                                             const CancelToken* cancel) {
+  if (gone_) return MakeError(Code::kNotFound, "the session is gone: " + *gone_);
   {
-    char tag = 'J';
-    iovec iov{&tag, 1};
-    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf;
-    msg.msg_controllen = sizeof cbuf;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    const int fd = theirs.get();
-    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    std::lock_guard<std::mutex> lock(send_mu_);
-    if (::sendmsg(control_.get(), &msg, MSG_NOSIGNAL) != 1) {
-      return ErrnoError("hand the job to the spawner", errno);
+    std::lock_guard<std::mutex> lock(write_mu_);
+    KILN_TRY(channel_->Write({{"type", "execute"},
+                              {"code", code},
+                              {"timeout_s", timeout_s},
+                              {"stream", static_cast<bool>(on_event)}}));
+  }
+  std::vector<FramedChannel::Waker> wakers(2);
+  wakers[0].fd = cancel ? cancel->fd() : -1;
+  wakers[0].fire = [this] {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    (void)channel_->Write({{"type", "cancel"}});
+  };
+  wakers[1].fd = hangup_fd;
+  wakers[1].events = POLLRDHUP;
+  wakers[1].fire = [this] { Interrupt(); };  // a client that left interrupts its cell
+  auto result = ReadResult(*channel_, on_event, &wakers);
+  if (!result.ok()) {
+    gone_ = result.error().message;
+    return result;
+  }
+  if (result->result.value("session_state", "") == "lost") {
+    gone_ = result->result.value("reason", "the sandbox died");
+  }
+  return result;
+}
+
+void SessionChannel::Interrupt() {
+  std::lock_guard<std::mutex> lock(write_mu_);
+  if (!gone_) (void)channel_->Write({{"type", "interrupt"}});
+}
+
+Result<nlohmann::json> SessionChannel::Call(const nlohmann::json& request) {
+  if (gone_) return MakeError(Code::kNotFound, "the session is gone: " + *gone_);
+  {
+    std::lock_guard<std::mutex> lock(write_mu_);
+    KILN_TRY(channel_->Write(request));
+  }
+  auto frame = channel_->Read();
+  if (!frame.ok()) {
+    gone_ = "the session's supervisor ended: " + frame.error().message;
+    return MakeError(Code::kNotFound, "the session is gone: " + *gone_);
+  }
+  const std::string type = frame->value("type", "");
+  if (type == "gone") {
+    gone_ = frame->value("reason", "the sandbox died");
+    return MakeError(Code::kNotFound, "the session is gone: " + *gone_);
+  }
+  if (type == "error") return ErrorOf(*frame);
+  return std::move(*frame);
+}
+
+Status SessionChannel::PutFile(const std::string& path, const std::string& bytes) {
+  KILN_TRY(Call({{"type", "file_put"}, {"path", path}, {"content_base64", Base64Encode(bytes)}}));
+  return OkStatus();
+}
+
+Result<std::string> SessionChannel::GetFile(const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(nlohmann::json reply, Call({{"type", "file_get"}, {"path", path}}));
+  return Base64Decode(reply.value("content_base64", ""));
+}
+
+Result<nlohmann::json> SessionChannel::ListFiles() {
+  KILN_ASSIGN_OR_RETURN(nlohmann::json reply, Call({{"type", "file_list"}}));
+  return reply.value("files", nlohmann::json::array());
+}
+
+Status SessionChannel::DeleteFile(const std::string& path) {
+  KILN_TRY(Call({{"type", "file_delete"}, {"path", path}}));
+  return OkStatus();
+}
+
+Result<nlohmann::json> SessionChannel::Stats() {
+  KILN_ASSIGN_OR_RETURN(nlohmann::json reply, Call({{"type", "stats"}}));
+  reply.erase("type");
+  return reply;
+}
+
+std::optional<std::string> SessionChannel::Gone() {
+  if (gone_) return gone_;
+  auto frame = channel_->TryRead();
+  if (!frame.ok()) {
+    gone_ = "the session's supervisor ended";
+  } else if (frame->has_value()) {
+    gone_ = (**frame).value("type", "") == "gone" ? (**frame).value("reason", "the sandbox died")
+                                                  : "unexpected message from the session's supervisor";
+  }
+  return gone_;
+}
+
+nlohmann::json EncodeSessionRequest(const SessionRequest& r) {
+  nlohmann::json env = nlohmann::json::object();
+  for (const auto& [k, v] : r.env) env[k] = v;
+  return {{"type", "session_start"},
+          {"id", r.id},
+          {"profile", r.profile},
+          {"limits", LimitsToJson(r.limits)},
+          {"env", env},
+          {"max_lifetime_s", r.max_lifetime_s},
+          {"interrupt_grace_s", r.interrupt_grace_s},
+          {"max_file_bytes", r.max_file_bytes}};
+}
+
+Result<SessionRequest> DecodeSessionRequest(const nlohmann::json& j) {
+  SessionRequest r;
+  KILN_ASSIGN_OR_RETURN(r.id, ipc::GetString(j, "id"));
+  KILN_ASSIGN_OR_RETURN(r.profile, ipc::GetString(j, "profile"));
+  KILN_ASSIGN_OR_RETURN(r.limits, LimitsFromJson(j.value("limits", nlohmann::json::object())));
+  if (j.contains("env") && j["env"].is_object()) {
+    for (const auto& [k, v] : j["env"].items()) {
+      if (!v.is_string()) return InvalidArgument("env values must be strings");
+      r.env.emplace_back(k, v.get<std::string>());
     }
   }
-  theirs.Reset();
-  KILN_TRY(WriteFrame(job.get(), EncodeRequest(request)));
-  bool cancelled = false;
-  auto frame = ReadFrame(job.get(), kMaxResponseBytes, cancel ? cancel->fd() : -1, &cancelled,
-                         hangup_fd);
-  if (!frame.ok() && frame.error().code == Code::kCancelled) {
-    // Tell the supervisor (EOF on its end), then take its "cancelled" result.
-    ::shutdown(job.get(), SHUT_WR);
-    frame = ReadFrame(job.get(), kMaxResponseBytes, -1, nullptr);
+  auto num = [&j](const char* k, double d) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : d; };
+  r.max_lifetime_s = num("max_lifetime_s", r.max_lifetime_s);
+  r.interrupt_grace_s = num("interrupt_grace_s", r.interrupt_grace_s);
+  if (j.contains("max_file_bytes") && j["max_file_bytes"].is_number_unsigned()) {
+    r.max_file_bytes = j["max_file_bytes"].get<uint64_t>();
   }
-  if (!frame.ok()) {
-    return MakeError(Code::kInternal, "the sandbox's supervisor ended without a result: " +
-                                          frame.error().message);
-  }
-  const std::string type = (*frame)["type"].get<std::string>();
-  if (type == "error") {
-    const std::string code = frame->value("code", "internal");
-    const std::string message = frame->value("message", "unknown error");
-    Code c = Code::kInternal;
-    if (code == "invalid_argument") c = Code::kInvalidArgument;
-    if (code == "failed_precondition") c = Code::kFailedPrecondition;
-    if (code == "resource_exhausted") c = Code::kResourceExhausted;
-    if (code == "not_found") c = Code::kNotFound;
-    return MakeError(c, message);
-  }
-  if (type != "result" || !frame->contains("result") || !(*frame)["result"].is_object()) {
-    return Internal("malformed response from the supervisor");
-  }
-  ExecResponse response;
-  response.result = std::move((*frame)["result"]);
-  for (const auto& f : frame->value("files", nlohmann::json::array())) {
-    auto bytes = Base64Decode(f.value("content_base64", ""));
-    if (!bytes.ok()) return Internal("malformed returned file");
-    response.files.emplace_back(f.value("path", ""), std::move(*bytes));
-  }
-  return response;
+  return r;
 }
 
 }  // namespace kiln::spawner

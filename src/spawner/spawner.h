@@ -18,6 +18,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -42,6 +43,20 @@ struct ExecRequest {
   std::vector<std::pair<std::string, std::string>> files;  // relative path -> bytes
   std::optional<std::vector<std::string>> return_files;    // globs; empty list = all
   std::vector<std::pair<std::string, std::string>> env;    // validated by the caller
+  bool stream = false;  // send output events while it runs (Run's on_event)
+};
+
+// Streaming: (event, data) as supervisor::EventSink describes.
+using EventFn = std::function<void(std::string_view, const nlohmann::json&)>;
+
+struct SessionRequest {
+  std::string id;
+  std::string profile = "default";
+  config::LimitSpec limits;  // memory, cpus, cpu_time (per cell), ...
+  std::vector<std::pair<std::string, std::string>> env;
+  double max_lifetime_s = 3600;  // the RLIMIT_CPU backstop of the whole session
+  double interrupt_grace_s = 2;
+  uint64_t max_file_bytes = 64ULL << 20;
 };
 
 struct ExecResponse {
@@ -58,6 +73,47 @@ class CancelToken final {
 
  private:
   UniqueFd fd_;
+};
+
+class FramedChannel;
+
+// The server's end of one session's supervisor (a kiln-supervise process that
+// keeps one sandbox and runs its cells). Closing it (the destructor) ends the
+// session: the supervisor kills the sandbox and exits.
+//
+// Execute and the file operations are one at a time (the caller serializes
+// them); Interrupt may come from any thread at any time.
+class SessionChannel final {
+ public:
+  ~SessionChannel();
+  SessionChannel(const SessionChannel&) = delete;
+  SessionChannel& operator=(const SessionChannel&) = delete;
+
+  // One cell. The result has session_state; after "lost" the channel is
+  // dead (Gone() says why). `hangup_fd`'s peer hanging up interrupts the
+  // cell (the session stays); `cancel` firing kills the sandbox.
+  Result<ExecResponse> Execute(const std::string& code, double timeout_s, const EventFn& on_event,
+                               int hangup_fd, const CancelToken* cancel);
+  void Interrupt();
+  Status PutFile(const std::string& path, const std::string& bytes);
+  Result<std::string> GetFile(const std::string& path);
+  Result<nlohmann::json> ListFiles();  // [{"path","size","directory"}]
+  Status DeleteFile(const std::string& path);
+  Result<nlohmann::json> Stats();      // {"memory_bytes": n | null}
+  // Non-blocking, between operations: the reason, once the supervisor ended
+  // the session on its own (its sandbox died) or is gone.
+  std::optional<std::string> Gone();
+  // What the supervisor said when the sandbox became ready.
+  const nlohmann::json& ready() const { return ready_; }
+
+ private:
+  friend class Spawner;
+  SessionChannel();
+  Result<nlohmann::json> Call(const nlohmann::json& request);
+  std::unique_ptr<FramedChannel> channel_;
+  std::mutex write_mu_;
+  nlohmann::json ready_;
+  std::optional<std::string> gone_;
 };
 
 class Spawner final {
@@ -78,7 +134,13 @@ class Spawner final {
   // "cancelled". `hangup_fd` (a client's socket, or -1): its peer hanging up
   // cancels too.
   Result<ExecResponse> Run(const ExecRequest& request, const CancelToken* cancel,
-                           int hangup_fd = -1);
+                           int hangup_fd = -1, const EventFn& on_event = {});
+
+  // Starts a session's supervisor and sandbox; returns when the sandbox is
+  // ready (its interpreter and preloads started). Errors as Run's; a sandbox
+  // that failed to start is kFailedPrecondition/kInternal with the reason.
+  Result<std::unique_ptr<SessionChannel>> StartSession(const SessionRequest& request,
+                                                       const CancelToken* cancel);
 
   pid_t pid() const { return pid_; }
   // Whether the spawner process is still there.
@@ -86,6 +148,7 @@ class Spawner final {
 
  private:
   Spawner() = default;
+  Result<UniqueFd> NewJob();
   pid_t pid_ = -1;
   UniqueFd control_;
   std::mutex send_mu_;
@@ -94,5 +157,7 @@ class Spawner final {
 // Encoding of the job channel, exposed for unit tests.
 nlohmann::json EncodeRequest(const ExecRequest& r);
 Result<ExecRequest> DecodeRequest(const nlohmann::json& j);
+nlohmann::json EncodeSessionRequest(const SessionRequest& r);
+Result<SessionRequest> DecodeSessionRequest(const nlohmann::json& j);
 
 }  // namespace kiln::spawner

@@ -37,5 +37,39 @@ TEST(SpawnerProtocol, MalformedRequestsAreErrors) {
   EXPECT_FALSE(DecodeRequest(j).ok());
 }
 
+TEST(SpawnerProtocol, SessionRequestRoundTrips) {
+  SessionRequest r;
+  r.id = "s1";
+  r.profile = "datascience";
+  r.limits.memory_bytes = 128ULL << 20;
+  r.limits.timeout_s = 10;
+  r.env = {{"FOO", "bar"}};
+  r.max_lifetime_s = 120;
+  r.interrupt_grace_s = 0.5;
+  r.max_file_bytes = 1234;
+  const auto j = EncodeSessionRequest(r);
+  EXPECT_EQ(j["type"], "session_start");
+  auto back = DecodeSessionRequest(j);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->id, "s1");
+  EXPECT_EQ(back->profile, "datascience");
+  EXPECT_EQ(*back->limits.memory_bytes, 128ULL << 20);
+  EXPECT_DOUBLE_EQ(*back->limits.timeout_s, 10);
+  ASSERT_EQ(back->env.size(), 1u);
+  EXPECT_EQ(back->env[0].second, "bar");
+  EXPECT_DOUBLE_EQ(back->max_lifetime_s, 120);
+  EXPECT_DOUBLE_EQ(back->interrupt_grace_s, 0.5);
+  EXPECT_EQ(back->max_file_bytes, 1234u);
+  EXPECT_FALSE(DecodeSessionRequest(nlohmann::json::object()).ok());
+}
+
+TEST(SpawnerProtocol, StreamFlagRoundTrips) {
+  ExecRequest r;
+  r.stream = true;
+  auto back = DecodeRequest(EncodeRequest(r));
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(back->stream);
+}
+
 }  // namespace
 }  // namespace kiln::spawner

@@ -1115,6 +1115,8 @@ bool Sandbox::Interrupt() {
   return true;
 }
 
+void Sandbox::Cancel() { s_->Kill(Outcome::kCancelled); }
+
 bool Sandbox::CheckAlive() {
   State& s = *s_;
   if (s.dead()) return false;

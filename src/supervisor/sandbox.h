@@ -147,6 +147,8 @@ class Sandbox final {
   // SIGINT to the worker while a cell runs (KeyboardInterrupt); false when no
   // cell runs. The cell's status becomes "interrupted" if it stops from it.
   bool Interrupt();
+  // Kills the sandbox now; a running cell's status becomes "cancelled".
+  void Cancel();
 
   // Between cells: notices a sandbox that died on its own (a background
   // thread's OOM, a kill from outside). Non-blocking. fds to poll for that:

@@ -9,13 +9,13 @@ from typing import Any, Mapping
 from ._transport import Transport
 from .errors import KilnError
 from .results import ExecutionResult
+from .sessions import Session, SessionInfo
+from .streaming import EventStream
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 # The server's default execution timeout (30 s) plus its longest queue wait (30 s),
 # with room to spare: the server says nothing while the code runs.
 DEFAULT_TIMEOUT = 90.0
-# Extra seconds on top of an execution's own timeout for queueing and setup.
-_SLACK = 35.0
 
 
 def _file_entries(files: Mapping[str, str | bytes | bytearray | memoryview]) -> list[dict[str, str]]:
@@ -30,6 +30,25 @@ def _file_entries(files: Mapping[str, str | bytes | bytearray | memoryview]) -> 
     return out
 
 
+def _execute_payload(code: str, *, timeout: float | None, memory: str | int | None,
+                     cpus: float | None, profile: str | None,
+                     files: Mapping[str, str | bytes] | None, return_files: bool | list[str],
+                     env: Mapping[str, str] | None, filename: str | None) -> dict[str, Any]:
+    """The JSON body of POST /v1/execute: only the fields given."""
+    payload: dict[str, Any] = {"code": code}
+    for name, value in (("timeout", timeout), ("memory", memory), ("cpus", cpus),
+                        ("profile", profile), ("filename", filename)):
+        if value is not None:
+            payload[name] = value
+    if files:
+        payload["files"] = _file_entries(files)
+    if return_files:
+        payload["return_files"] = True if return_files is True else list(return_files)
+    if env:
+        payload["env"] = dict(env)
+    return payload
+
+
 class KilnClient:
     """A client for one kiln server.
 
@@ -42,6 +61,10 @@ class KilnClient:
     `retries` > 0 retries answers 429 (tenant quota) and 503 (server full), sleeping
     Retry-After (at most `max_retry_wait` seconds) between attempts: those
     requests ran nothing, so repeating them is safe.
+
+    Stateful work: create_session() gives a Session whose cells share one
+    interpreter and workspace. Streaming: execute_stream() and Session.stream()
+    return the events as the code runs.
     """
 
     def __init__(self, base_url: str = DEFAULT_URL, api_key: str | None = None, *,
@@ -80,27 +103,75 @@ class KilnClient:
         a non-"ok" status; KilnError is raised only when the server refuses the
         request (bad key 401, invalid field 400, quota 429, full 503, ...).
         """
-        payload: dict[str, Any] = {"code": code}
-        if timeout is not None:
-            payload["timeout"] = timeout
-        if memory is not None:
-            payload["memory"] = memory
-        if cpus is not None:
-            payload["cpus"] = cpus
-        if profile is not None:
-            payload["profile"] = profile
-        if files:
-            payload["files"] = _file_entries(files)
-        if return_files:
-            payload["return_files"] = True if return_files is True else list(return_files)
-        if env:
-            payload["env"] = dict(env)
-        if filename is not None:
-            payload["filename"] = filename
-        resp = self._http.request("POST", "/v1/execute", payload, timeout=self._wait_for(timeout))
+        payload = _execute_payload(code, timeout=timeout, memory=memory, cpus=cpus, profile=profile,
+                                   files=files, return_files=return_files, env=env, filename=filename)
+        resp = self._http.request("POST", "/v1/execute", payload, timeout=self._http.wait_for(timeout))
         if not isinstance(resp.body, dict):
             raise KilnError(resp.status, "invalid_response", "the answer is not a JSON object", body=resp.body)
         return ExecutionResult.from_json(resp.body)
+
+    def execute_stream(self, code: str, *, timeout: float | None = None,
+                       memory: str | int | None = None, cpus: float | None = None,
+                       profile: str | None = None, files: Mapping[str, str | bytes] | None = None,
+                       return_files: bool | list[str] = False,
+                       env: Mapping[str, str] | None = None,
+                       filename: str | None = None) -> EventStream:
+        """execute(), streamed: returns the events as the code produces them,
+        ending with ("done", ExecutionResult). Same arguments as execute(); a
+        refusal before the code starts raises here, see EventStream for the rest.
+
+            for name, data in client.execute_stream("print('hi')"):
+                print(name, data)
+        """
+        payload = _execute_payload(code, timeout=timeout, memory=memory, cpus=cpus, profile=profile,
+                                   files=files, return_files=return_files, env=env, filename=filename)
+        return EventStream(self._http.open_stream("/v1/execute", payload,
+                                                  timeout=self._http.wait_for(timeout)))
+
+    # --- /v1/sessions --------------------------------------------------------------
+
+    def create_session(self, *, profile: str | None = None, memory: str | int | None = None,
+                       cpus: float | None = None, timeout: float | None = None,
+                       idle_ttl: float | None = None,
+                       max_lifetime: float | None = None) -> Session:
+        """POST /v1/sessions: starts a stateful interpreter and returns its Session
+        (a context manager that deletes it on exit).
+
+        profile, memory, cpus: as for execute(), for the session's whole life.
+        timeout: the default seconds per cell. idle_ttl: seconds unused before the
+        server reaps it; max_lifetime: seconds in all (both capped by the server).
+        Raises KilnError 429 "session_limit" when the tenant has its maximum of
+        live sessions (never retried: delete one), 503 when the server has
+        (retried with `retries`), BadRequest for a bad field or unknown profile.
+        """
+        payload: dict[str, Any] = {}
+        for name, value in (("profile", profile), ("memory", memory), ("cpus", cpus),
+                            ("timeout", timeout), ("idle_ttl", idle_ttl),
+                            ("max_lifetime", max_lifetime)):
+            if value is not None:
+                payload[name] = value
+        body = self._http.request("POST", "/v1/sessions", payload, ok=(200, 201)).body
+        return self._session(body)
+
+    def sessions(self) -> list[Session]:
+        """GET /v1/sessions: this API key's tenant's live sessions, as Session
+        objects (their last_info is the listing's description)."""
+        body = self._http.request("GET", "/v1/sessions").body
+        entries = body.get("sessions") if isinstance(body, dict) else None
+        return [self._session(e) for e in entries or [] if isinstance(e, dict)]
+
+    def get_session(self, session_id: str) -> Session:
+        """GET /v1/sessions/{id}: a Session for an existing id (e.g. kept from an
+        earlier process). Raises NotFound (unknown, or another tenant's) or
+        SessionGone."""
+        session = Session(self._http, SessionInfo(id=session_id))
+        session.info()
+        return session
+
+    def _session(self, body: Any) -> Session:
+        if not isinstance(body, dict) or not body.get("id"):
+            raise KilnError(None, "invalid_response", "the answer is not a session object", body=body)
+        return Session(self._http, SessionInfo.from_json(body))
 
     # --- POST /execute (the reference design's endpoint) -----------------------
 
@@ -124,7 +195,7 @@ class KilnClient:
         if return_output_files:
             payload["return_output_files"] = True
         resp = self._http.request("POST", "/execute", payload, auth="x-api-key",
-                                  timeout=self._wait_for(timeout))
+                                  timeout=self._http.wait_for(timeout))
         return resp.body
 
     # --- health ------------------------------------------------------------------
@@ -141,10 +212,3 @@ class KilnClient:
         """True when the server can run sandboxes now (GET /readyz answers 200)."""
         body = self.readiness()
         return isinstance(body, dict) and body.get("ready") is True
-
-    # --- internals -----------------------------------------------------------------
-
-    def _wait_for(self, execution_timeout: float | None) -> float:
-        if execution_timeout is None:
-            return self._http.timeout
-        return max(self._http.timeout, float(execution_timeout) + _SLACK)

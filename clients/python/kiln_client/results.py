@@ -22,6 +22,10 @@ def _b64(s: Any) -> bytes | None:
         return None
 
 
+def _opt_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
 def _plain(data: Any) -> str | None:
     if not isinstance(data, dict):
         return None
@@ -35,8 +39,13 @@ def _plain(data: Any) -> str | None:
 class ExecutionResult:
     """What one execution did. `status` says how it ended ("ok", "error", "timeout",
     "cpu_limit", "memory_limit", "output_limit", "signaled", "policy_violation",
-    "setup_error", "protocol_error", "cancelled"); a non-"ok" status is not an
-    exception: the request itself succeeded."""
+    "setup_error", "protocol_error", "cancelled", and in a session "interrupted");
+    a non-"ok" status is not an exception: the request itself succeeded.
+
+    A session's cell also has `session_id` and `session_state`: "kept" (the
+    interpreter and its variables live on) or "lost" (the cell ended the session,
+    e.g. it exited or ran out of memory: the next call raises SessionGone).
+    `execution_count` numbers a session's cells (1, 2, ...)."""
 
     status: str
     exit_code: int | None = None
@@ -53,6 +62,8 @@ class ExecutionResult:
     execution_count: int | None = None
     id: str = ""
     reason: str = ""
+    session_id: str | None = None
+    session_state: str | None = None  # "kept" | "lost"; None outside a session
     files: dict[str, bytes] = field(default_factory=dict)  # with return_files
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # the whole body
 
@@ -79,6 +90,8 @@ class ExecutionResult:
             execution_count=body.get("execution_count"),
             id=str(body.get("id") or ""),
             reason=str(body.get("reason") or ""),
+            session_id=_opt_str(body.get("session_id")),
+            session_state=_opt_str(body.get("session_state")),
             files=files,
             raw=body,
         )
@@ -88,6 +101,11 @@ class ExecutionResult:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def session_kept(self) -> bool:
+        """True when this was a session's cell and the session lives on."""
+        return self.session_state == "kept"
 
     @property
     def result_text(self) -> str | None:

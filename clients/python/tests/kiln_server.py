@@ -53,8 +53,10 @@ class KilnServer:
             self.key = line.strip() or None
             self.proc.stdout.read()  # keep draining
 
-        threading.Thread(target=read_stderr, daemon=True).start()
-        threading.Thread(target=read_stdout, daemon=True).start()
+        self._readers = [threading.Thread(target=read_stderr, daemon=True),
+                         threading.Thread(target=read_stdout, daemon=True)]
+        for reader in self._readers:
+            reader.start()
         found.wait(start_timeout)
         deadline = time.monotonic() + 5
         while self.key is None and time.monotonic() < deadline and self.proc.poll() is None:
@@ -71,4 +73,9 @@ class KilnServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        for reader in self._readers:  # they end at EOF, now that the process is gone
+            reader.join(5)
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None and not any(r.is_alive() for r in self._readers):
+                pipe.close()
         shutil.rmtree(self.tmp, ignore_errors=True)

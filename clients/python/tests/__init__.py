@@ -1,0 +1,1 @@
+"""Tests of kiln_client: offline, and against a real `kiln serve`."""

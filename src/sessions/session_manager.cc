@@ -1,0 +1,498 @@
+#include "sessions/session_manager.h"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "base/log.h"
+#include "store/api_key.h"
+#include "store/time_format.h"
+
+namespace kiln::sessions {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kMaxTombstones = 10000;
+constexpr int64_t kTombstoneMs = 24LL * 3600 * 1000;
+
+std::string Fmt(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+}  // namespace
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string NewId() {
+  auto raw = store::RandomBytes(16);
+  if (!raw.ok()) std::abort();  // no CSPRNG: no id (or key) is safe
+  return store::HexEncode(*raw);
+}
+
+store::AuditFinish AuditFinishFromResult(const std::string& id, int64_t ended_ms,
+                                         const nlohmann::json& j) {
+  store::AuditFinish f;
+  f.id = id;
+  f.ended_ms = ended_ms;
+  f.status = j.value("status", "internal_error");
+  if (j.contains("exit_code") && j["exit_code"].is_number_integer()) f.exit_code = j["exit_code"].get<int>();
+  if (j.contains("signal") && j["signal"].is_number_integer()) f.signal = j["signal"].get<int>();
+  f.duration_ms = j.value("duration_ms", 0.0);
+  f.cpu_ms = j.value("cpu_ms", 0.0);
+  f.peak_memory_bytes = j.value("peak_memory_bytes", uint64_t{0});
+  f.stdout_bytes = j.value("stdout", std::string()).size();
+  f.stderr_bytes = j.value("stderr", std::string()).size();
+  f.stdout_truncated = j.value("stdout_truncated", false);
+  f.stderr_truncated = j.value("stderr_truncated", false);
+  if (j.contains("policy_violation")) f.policy_violation = j["policy_violation"].dump();
+  f.reason = j.value("reason", "");
+  return f;
+}
+
+struct SessionManager::Session {
+  std::string id;
+  std::string tenant;
+  std::string key_id;
+  std::string profile;
+  double default_timeout_s = 30;
+  double max_timeout_s = 30;
+  double idle_ttl_s = 600;
+  double max_lifetime_s = 3600;
+  int64_t created_ms = 0;
+  nlohmann::json limits;
+  std::unique_ptr<spawner::SessionChannel> channel;
+  spawner::CancelToken cancel;  // kills the running cell (delete, shutdown, lifetime)
+
+  std::mutex op_mu;  // one cell or file operation at a time
+  // Guarded by the manager's mu_.
+  bool busy = false;
+  bool ended = false;
+  int64_t last_used_ms = 0;
+  int64_t executions = 0;
+};
+
+SessionManager::SessionManager(Deps deps) : deps_(deps) {}
+
+SessionManager::~SessionManager() { Shutdown(); }
+
+void SessionManager::Start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!reaper_.joinable() && !stopping_) reaper_ = std::thread([this] { ReapLoop(); });
+}
+
+size_t SessionManager::live() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sessions_.size();
+}
+
+Result<nlohmann::json> SessionManager::Create(const Caller& caller, const SessionOptions& options) {
+  const config::Config& config = *deps_.config;
+  const std::string profile_name = options.profile.empty() ? config.server.default_profile : options.profile;
+  auto profile = config.Find(profile_name);
+  if (!profile.ok()) return InvalidArgument(profile.error().message);  // "profile: ..."
+  KILN_ASSIGN_OR_RETURN(policy::PolicyBuilder builder, config::PolicyFor(**profile, options.limits));
+  KILN_ASSIGN_OR_RETURN(policy::SandboxPolicy policy, builder.Build());
+  const double idle_cap = config.server.session_idle_ttl_s;
+  const double life_cap = config.server.session_max_lifetime_s;
+  if (options.idle_ttl_s && (*options.idle_ttl_s <= 0 || *options.idle_ttl_s > idle_cap)) {
+    return InvalidArgument("idle_ttl: must be more than 0 and at most " + Fmt(idle_cap) + " s");
+  }
+  if (options.max_lifetime_s && (*options.max_lifetime_s <= 0 || *options.max_lifetime_s > life_cap)) {
+    return InvalidArgument("max_lifetime: must be more than 0 and at most " + Fmt(life_cap) + " s");
+  }
+  // The profile's maximum timeout bounds every cell's timeout.
+  config::LimitSpec at_max;
+  at_max.timeout_s = (*profile)->max.timeout_s;
+  double max_timeout = policy.limits().wall_timeout_s;
+  if (at_max.timeout_s) max_timeout = std::max(max_timeout, *at_max.timeout_s);
+
+  // Reserve a place under both caps before the (slow) start.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return MakeError(Code::kUnavailable, "the server is shutting down");
+    int tenant_live = starting_[caller.tenant];
+    for (const auto& [id, s] : sessions_) tenant_live += s->tenant == caller.tenant ? 1 : 0;
+    const int tenant_cap = config.Tenant(caller.tenant).max_sessions;
+    if (tenant_live >= tenant_cap) {
+      return MakeError(Code::kResourceExhausted,
+                       "session_limit: tenant '" + caller.tenant + "' has " + std::to_string(tenant_live) +
+                           " live sessions, its maximum (delete one, or let one idle out)");
+    }
+    if (static_cast<int>(sessions_.size()) + starting_total_ >= config.server.max_sessions) {
+      return MakeError(Code::kUnavailable, "the server has its maximum of " +
+                                               std::to_string(config.server.max_sessions) +
+                                               " live sessions");
+    }
+    ++starting_[caller.tenant];
+    ++starting_total_;
+  }
+  auto release = [this, &caller] {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--starting_[caller.tenant] == 0) starting_.erase(caller.tenant);
+    --starting_total_;
+  };
+
+  auto s = std::make_shared<Session>();
+  s->id = NewId();
+  s->tenant = caller.tenant;
+  s->key_id = caller.key_id;
+  s->profile = profile_name;
+  s->default_timeout_s = policy.limits().wall_timeout_s;
+  s->max_timeout_s = max_timeout;
+  s->idle_ttl_s = options.idle_ttl_s.value_or(idle_cap);
+  s->max_lifetime_s = options.max_lifetime_s.value_or(life_cap);
+  spawner::SessionRequest req;
+  req.id = s->id;
+  req.profile = profile_name;
+  req.limits = options.limits;
+  req.max_lifetime_s = s->max_lifetime_s;
+  req.interrupt_grace_s = config.server.interrupt_grace_s;
+  req.max_file_bytes = config.server.max_file_bytes;
+  auto channel = deps_.spawner->StartSession(req, &s->cancel);
+  release();
+  if (!channel.ok()) return std::move(channel).error();
+  s->channel = std::move(*channel);
+  s->limits = s->channel->ready().value("limits", nlohmann::json::object());
+  s->created_ms = NowMs();
+  s->last_used_ms = s->created_ms;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return MakeError(Code::kUnavailable, "the server is shutting down");
+    sessions_[s->id] = s;
+  }
+  KILN_LOG_INFO("session id={} tenant={} profile={} started", s->id, s->tenant, s->profile);
+  return Get(caller, s->id);
+}
+
+Result<std::shared_ptr<SessionManager::Session>> SessionManager::Find(const Caller& caller,
+                                                                      const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = sessions_.find(id); it != sessions_.end() && it->second->tenant == caller.tenant) {
+    if (!it->second->ended) return it->second;
+  }
+  if (auto it = tombstones_.find(id); it != tombstones_.end() && it->second.tenant == caller.tenant) {
+    return MakeError(Code::kGone, "session " + id + " is gone: " + it->second.reason);
+  }
+  // Unknown and another tenant's look the same.
+  return MakeError(Code::kNotFound, "no session " + id);
+}
+
+Result<nlohmann::json> SessionManager::Get(const Caller& caller, const std::string& id) {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
+  nlohmann::json j;
+  bool busy = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    busy = s->busy;
+    j = {{"id", s->id},
+         {"profile", s->profile},
+         {"state", busy ? "busy" : "idle"},
+         {"created_at", store::FormatTimeMs(s->created_ms, true)},
+         {"last_used_at", store::FormatTimeMs(s->last_used_ms, true)},
+         {"expires_at", store::FormatTimeMs(std::min<int64_t>(
+                            s->last_used_ms + static_cast<int64_t>(s->idle_ttl_s * 1000),
+                            s->created_ms + static_cast<int64_t>(s->max_lifetime_s * 1000)), true)},
+         {"executions", s->executions},
+         {"idle_ttl", s->idle_ttl_s},
+         {"max_lifetime", s->max_lifetime_s},
+         {"timeout", s->default_timeout_s},
+         {"limits", s->limits}};
+  }
+  // Memory in use: asked of the supervisor, unless a cell holds the channel.
+  j["memory_bytes"] = nullptr;
+  std::unique_lock<std::mutex> op(s->op_mu, std::try_to_lock);
+  if (op.owns_lock()) {
+    auto stats = s->channel->Stats();
+    if (stats.ok()) j["memory_bytes"] = stats->value("memory_bytes", nlohmann::json(nullptr));
+    if (auto gone = s->channel->Gone()) {
+      op.unlock();
+      End(s, *gone);
+      return MakeError(Code::kGone, "session " + id + " is gone: " + *gone);
+    }
+  }
+  return j;
+}
+
+nlohmann::json SessionManager::List(const Caller& caller) {
+  std::vector<std::string> ids;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, s] : sessions_) {
+      if (s->tenant == caller.tenant && !s->ended) ids.push_back(id);
+    }
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& id : ids) {
+    auto j = Get(caller, id);
+    if (j.ok()) out.push_back(std::move(*j));
+  }
+  return {{"sessions", out}};
+}
+
+void SessionManager::Bury(const std::string& id, const std::string& tenant, const std::string& reason) {
+  // mu_ held.
+  if (tombstones_.size() >= kMaxTombstones) {
+    auto oldest = std::min_element(tombstones_.begin(), tombstones_.end(), [](const auto& a, const auto& b) {
+      return a.second.at_ms < b.second.at_ms;
+    });
+    tombstones_.erase(oldest);
+  }
+  tombstones_[id] = Tombstone{tenant, reason, NowMs()};
+}
+
+void SessionManager::End(const std::shared_ptr<Session>& s, const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (s->ended) return;
+    s->ended = true;
+    sessions_.erase(s->id);
+    Bury(s->id, s->tenant, reason);
+  }
+  // A running cell is killed; its thread finishes with "cancelled". The
+  // channel closes (and the supervisor kills the sandbox) when the last
+  // holder of the session lets go: at once when it is idle.
+  s->cancel.Cancel();
+  KILN_LOG_INFO("session id={} tenant={} ended: {}", s->id, s->tenant, reason);
+}
+
+Status SessionManager::Delete(const Caller& caller, const std::string& id) {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
+  End(s, "deleted by the client");
+  return OkStatus();
+}
+
+Result<CellOutcome> SessionManager::Execute(const Caller& caller, const std::string& id,
+                                            const std::string& code, std::optional<double> timeout_s,
+                                            const spawner::EventFn& on_event, int hangup_fd) {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
+  const double timeout = timeout_s.value_or(s->default_timeout_s);
+  if (timeout <= 0 || timeout > s->max_timeout_s) {
+    return InvalidArgument("timeout: must be more than 0 and at most " + Fmt(s->max_timeout_s) +
+                           " s (the profile's maximum)");
+  }
+  std::unique_lock<std::mutex> op(s->op_mu, std::try_to_lock);
+  if (!op.owns_lock()) {
+    return MakeError(Code::kAborted, "session_busy: a cell or file operation of this session is running; "
+                                     "cells of one session run one at a time");
+  }
+  if (!s->channel) return MakeError(Code::kGone, "session " + id + " is gone");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (s->ended) return MakeError(Code::kGone, "session " + id + " is gone");
+    s->busy = true;
+  }
+  CellOutcome out;
+  out.execution_id = NewId();
+  const int64_t started_ms = NowMs();
+  store::AuditStart audit;
+  audit.id = out.execution_id;
+  audit.tenant = caller.tenant;
+  audit.key_id = caller.key_id;
+  audit.profile = s->profile;
+  audit.session_id = s->id;
+  audit.started_ms = started_ms;
+  audit.code = code;
+  audit.store_code = deps_.config->server.store_code;
+  audit.client_addr = caller.peer;
+  auto not_busy = [this, &s] {
+    std::lock_guard<std::mutex> lock(mu_);
+    s->busy = false;
+    s->last_used_ms = NowMs();
+  };
+
+  std::optional<admission::Permit> permit;
+  if (deps_.admission != nullptr) {
+    auto acquired = deps_.admission->Acquire(caller.tenant, [hangup_fd] {
+      if (hangup_fd < 0) return false;
+      char c;
+      return ::recv(hangup_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+    });
+    if (!acquired.ok()) {
+      out.rejection = acquired.error();
+      if (deps_.metrics) deps_.metrics->RecordRejection(out.rejection->reason);
+      if (deps_.store && deps_.store->BeginExecution(audit).ok()) {
+        store::AuditFinish f;
+        f.id = audit.id;
+        f.ended_ms = NowMs();
+        f.status = "rejected";
+        f.reason = out.rejection->reason;
+        (void)deps_.store->FinishExecution(f);
+      }
+      not_busy();
+      return out;
+    }
+    permit.emplace(std::move(acquired).value());
+  }
+  if (deps_.store) {
+    if (Status st = deps_.store->BeginExecution(audit); !st.ok()) {
+      not_busy();
+      return MakeError(Code::kInternal, "audit log: " + st.error().ToString());
+    }
+  }
+  auto response = s->channel->Execute(code, timeout, on_event, hangup_fd, &s->cancel);
+  permit.reset();
+  store::AuditFinish f;
+  if (response.ok()) {
+    f = AuditFinishFromResult(out.execution_id, NowMs(), response->result);
+    if (deps_.metrics) deps_.metrics->RecordExecution(f.status, s->profile, f.duration_ms / 1e3);
+  } else {
+    f.id = out.execution_id;
+    f.ended_ms = NowMs();
+    f.status = "internal_error";
+    f.reason = response.error().ToString();
+  }
+  if (deps_.store) {
+    if (Status st = deps_.store->FinishExecution(f); !st.ok()) {
+      KILN_LOG_ERROR("audit log: {}", st.error().ToString());
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++s->executions;
+  }
+  not_busy();
+  KILN_LOG_INFO("execution id={} session={} tenant={} status={} duration_ms={:.1f}", out.execution_id,
+                s->id, caller.tenant, f.status, f.duration_ms);
+  if (!response.ok()) {
+    op.unlock();
+    End(s, response.error().message);
+    return MakeError(Code::kGone, "session " + id + " is gone: " + response.error().message);
+  }
+  if (auto gone = s->channel->Gone(); gone || response->result.value("session_state", "") == "lost") {
+    const std::string reason =
+        "the last cell ended it (" + response->result.value("status", "") + ": " +
+        response->result.value("reason", "") + ")";
+    op.unlock();
+    End(s, reason);
+  }
+  out.response = std::move(*response);
+  return out;
+}
+
+Result<bool> SessionManager::Interrupt(const Caller& caller, const std::string& id) {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
+  bool busy;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    busy = s->busy;
+  }
+  if (busy && s->channel) s->channel->Interrupt();
+  return busy;
+}
+
+namespace {
+template <typename F>
+auto WithOp(std::mutex& op_mu, F&& f) -> decltype(f()) {
+  std::unique_lock<std::mutex> op(op_mu, std::try_to_lock);
+  if (!op.owns_lock()) {
+    return MakeError(Code::kAborted, "session_busy: a cell or file operation of this session is running");
+  }
+  return f();
+}
+}  // namespace
+
+Status SessionManager::PutFile(const Caller& caller, const std::string& id, const std::string& path,
+                               const std::string& bytes) {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
+  if (bytes.size() > deps_.config->server.max_file_bytes) {
+    return MakeError(Code::kResourceExhausted, "body: the file is over the " +
+                                                   std::to_string(deps_.config->server.max_file_bytes) +
+                                                   "-byte limit per file");
+  }
+  Status st = WithOp(s->op_mu, [&]() -> Status {
+    return s->channel ? s->channel->PutFile(path, bytes) : Status(MakeError(Code::kGone, "gone"));
+  });
+  if (st.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    s->last_used_ms = NowMs();
+  }
+  return st;
+}
+
+Result<std::string> SessionManager::GetFile(const Caller& caller, const std::string& id,
+                                            const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
+  return WithOp(s->op_mu, [&]() -> Result<std::string> {
+    if (!s->channel) return MakeError(Code::kGone, "gone");
+    return s->channel->GetFile(path);
+  });
+}
+
+Result<nlohmann::json> SessionManager::ListFiles(const Caller& caller, const std::string& id) {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
+  return WithOp(s->op_mu, [&]() -> Result<nlohmann::json> {
+    if (!s->channel) return MakeError(Code::kGone, "gone");
+    return s->channel->ListFiles();
+  });
+}
+
+Status SessionManager::DeleteFile(const Caller& caller, const std::string& id, const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
+  return WithOp(s->op_mu, [&]() -> Status {
+    if (!s->channel) return MakeError(Code::kGone, "gone");
+    return s->channel->DeleteFile(path);
+  });
+}
+
+void SessionManager::ReapLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(500));
+    if (stopping_) break;
+    const int64_t now = NowMs();
+    std::vector<std::pair<std::shared_ptr<Session>, std::string>> to_end;
+    for (const auto& [id, s] : sessions_) {
+      const int64_t age = now - s->created_ms;
+      if (age > static_cast<int64_t>(s->max_lifetime_s * 1000)) {
+        to_end.emplace_back(s, "reached its maximum lifetime of " + Fmt(s->max_lifetime_s) + " s");
+      } else if (!s->busy && now - s->last_used_ms > static_cast<int64_t>(s->idle_ttl_s * 1000)) {
+        to_end.emplace_back(s, "idle for longer than its idle_ttl of " + Fmt(s->idle_ttl_s) + " s");
+      } else if (!s->busy) {
+        to_end.emplace_back(s, std::string());  // check that its sandbox lives
+      }
+    }
+    // Tombstones expire.
+    for (auto it = tombstones_.begin(); it != tombstones_.end();) {
+      it = now - it->second.at_ms > kTombstoneMs ? tombstones_.erase(it) : std::next(it);
+    }
+    lock.unlock();
+    for (auto& [s, reason] : to_end) {
+      if (!reason.empty()) {
+        End(s, reason);
+        continue;
+      }
+      std::unique_lock<std::mutex> op(s->op_mu, std::try_to_lock);
+      if (!op.owns_lock() || !s->channel) continue;
+      if (auto gone = s->channel->Gone()) {
+        op.unlock();
+        End(s, *gone);
+      }
+    }
+    lock.lock();
+  }
+}
+
+void SessionManager::Shutdown() {
+  std::vector<std::shared_ptr<Session>> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    for (const auto& [id, s] : sessions_) all.push_back(s);
+  }
+  cv_.notify_all();
+  if (reaper_.joinable()) reaper_.join();
+  for (const auto& s : all) End(s, "the server shut down");
+  // Wait for cells still running (their sandboxes were killed) to finish.
+  for (const auto& s : all) std::lock_guard<std::mutex> op(s->op_mu);
+}
+
+}  // namespace kiln::sessions

@@ -1,0 +1,148 @@
+// SessionManager: kiln's stateful sessions (docs/api.md, "Sessions").
+//
+// A session is one sandbox kept alive between cells by its own supervisor
+// process (spawner::SessionChannel); variables, imports and workspace files
+// persist. The manager owns every live session of this server: it enforces
+// ownership (a session is visible to its tenant only: any other gets
+// kNotFound, exactly as for an id that never existed), the caps (per tenant
+// [tenants.*].max_sessions -> kResourceExhausted; all tenants
+// [server].max_sessions -> kUnavailable), one operation at a time per session
+// (a second concurrent cell or file operation is kAborted: HTTP 409, never
+// queued), idle TTL and maximum lifetime (a reaper thread), and remembers why
+// a session ended so that using it answers kGone (HTTP 410) with the reason.
+//
+// Each cell is admitted like a one-shot execution (global concurrency, the
+// tenant's concurrency and rate) and is one audit row carrying the session id.
+//
+// Thread-safe. Front-ends: the HTTP server and the MCP server (local mode).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "admission/admission.h"
+#include "base/result.h"
+#include "config/config.h"
+#include "metrics/metrics.h"
+#include "spawner/spawner.h"
+#include "store/store.h"
+
+namespace kiln::sessions {
+
+// Who is asking.
+struct Caller {
+  std::string tenant;
+  std::string key_id;
+  std::string peer;  // client address, for the audit log
+};
+
+// POST /v1/sessions, parsed.
+struct SessionOptions {
+  std::string profile;       // empty: the server's default profile
+  config::LimitSpec limits;  // memory, cpus, timeout (the per-cell default), ...
+  std::optional<double> idle_ttl_s;
+  std::optional<double> max_lifetime_s;
+};
+
+struct Deps {
+  const config::Config* config = nullptr;
+  spawner::Spawner* spawner = nullptr;
+  store::Store* store = nullptr;                       // optional: no audit rows
+  admission::AdmissionController* admission = nullptr;  // optional: cells not admitted
+  metrics::Metrics* metrics = nullptr;                  // optional
+};
+
+// A cell's outcome as the front-ends need it.
+struct CellOutcome {
+  std::optional<spawner::ExecResponse> response;  // the result (with session_state)
+  std::optional<admission::Rejection> rejection;  // turned away: 429/503 with Retry-After
+  std::string execution_id;
+};
+
+class SessionManager final {
+ public:
+  explicit SessionManager(Deps deps);
+  ~SessionManager();  // ends every session (their sandboxes are killed)
+  SessionManager(const SessionManager&) = delete;
+  SessionManager& operator=(const SessionManager&) = delete;
+
+  // Starts the reaper thread (idle TTL, maximum lifetime, sandboxes that died).
+  void Start();
+
+  // Starts a session and waits until its sandbox is ready. Errors:
+  // kInvalidArgument naming the field (profile, memory, timeout, idle_ttl,
+  // ...), kResourceExhausted (the tenant's cap), kUnavailable (the server's
+  // cap, or shutting down), kFailedPrecondition (the sandbox cannot start).
+  Result<nlohmann::json> Create(const Caller& caller, const SessionOptions& options);
+  // The session as JSON (docs/api.md). kNotFound / kGone.
+  Result<nlohmann::json> Get(const Caller& caller, const std::string& id);
+  // The caller's tenant's live sessions.
+  nlohmann::json List(const Caller& caller);
+  // Ends it (a running cell is killed). kNotFound / kGone.
+  Status Delete(const Caller& caller, const std::string& id);
+
+  // Runs one cell. Errors: kNotFound, kGone, kAborted (a cell or file
+  // operation is running), kInvalidArgument (timeout over the profile's
+  // maximum). A cell that loses the session (hard kill) ends it: the result
+  // says session_state "lost" and later calls get kGone. `hangup_fd`: the
+  // client's socket; its hanging up interrupts the cell.
+  Result<CellOutcome> Execute(const Caller& caller, const std::string& id, const std::string& code,
+                              std::optional<double> timeout_s, const spawner::EventFn& on_event,
+                              int hangup_fd);
+  // KeyboardInterrupt in the running cell. true when a cell was running.
+  Result<bool> Interrupt(const Caller& caller, const std::string& id);
+
+  // Files (paths as the API received them, percent-decoded). kInvalidArgument
+  // for a bad path, kResourceExhausted over a cap (HTTP 413), kNotFound for
+  // a missing file, kAborted while a cell runs.
+  Status PutFile(const Caller& caller, const std::string& id, const std::string& path,
+                 const std::string& bytes);
+  Result<std::string> GetFile(const Caller& caller, const std::string& id, const std::string& path);
+  Result<nlohmann::json> ListFiles(const Caller& caller, const std::string& id);
+  Status DeleteFile(const Caller& caller, const std::string& id, const std::string& path);
+
+  // Shutdown: refuse new sessions and cells, cancel running cells, end all.
+  void Shutdown();
+  size_t live() const;
+
+ private:
+  struct Session;
+  Result<std::shared_ptr<Session>> Find(const Caller& caller, const std::string& id);
+  void End(const std::shared_ptr<Session>& s, const std::string& reason);
+  void ReapLoop();
+  void Bury(const std::string& id, const std::string& tenant, const std::string& reason);
+
+  Deps deps_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::shared_ptr<Session>> sessions_;
+  struct Tombstone {
+    std::string tenant;
+    std::string reason;
+    int64_t at_ms = 0;
+  };
+  std::map<std::string, Tombstone> tombstones_;
+  std::map<std::string, int> starting_;  // per tenant, sessions being created
+  int starting_total_ = 0;
+  bool stopping_ = false;
+  std::thread reaper_;
+};
+
+// The audit row's ending from a result (ToJson's shape).
+store::AuditFinish AuditFinishFromResult(const std::string& id, int64_t ended_ms,
+                                         const nlohmann::json& result);
+
+int64_t NowMs();
+// 32 hex digits from a CSPRNG.
+std::string NewId();
+
+}  // namespace kiln::sessions

@@ -17,6 +17,7 @@
 #include "base/log.h"
 #include "ipc/frame.h"
 #include "supervisor/sandbox.h"
+#include "zygote/handoff.h"
 #include "supervisor/workspace_files.h"
 #include "sys/syscalls.h"
 
@@ -201,7 +202,8 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
 
 // One-shot: one request, one sandbox, one result.
 [[noreturn]] void RunOneShot(FramedChannel& ch, const nlohmann::json& frame, const config::Config& config,
-                             const supervisor::HostContext& host) {
+                             const supervisor::HostContext& host,
+                             std::optional<zygote::Handoff> pooled) {
   auto reply_error = [&ch](const Error& e) {
     (void)ch.Write(ErrorFrame(e));
     ::_exit(0);
@@ -218,6 +220,25 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
     options.on_event = [&ch](std::string_view event, const nlohmann::json& data) {
       (void)ch.Write({{"type", "event"}, {"event", std::string(event)}, {"data", data}});
     };
+  }
+  // A sandbox from the warm pool when the server found the request eligible
+  // (zygote::PoolEligible; checked again here); else, or if it cannot be
+  // adopted, a cold one. An unused pooled sandbox dies with our copies of
+  // its fds and its cgroup with the adopted object.
+  std::optional<supervisor::AdoptedSandbox> adopted;
+  if (pooled) {
+    auto profile = config.Find(request->profile);
+    if (profile.ok() &&
+        zygote::PoolEligible(config, **profile, request->limits, request->env)) {
+      auto a = zygote::Adopt(host, std::move(*pooled));
+      if (a.ok()) {
+        adopted.emplace(std::move(*a));
+        options.adopt = &*adopted;
+      } else {
+        KILN_LOG_WARN("pooled sandbox not adopted ({}): cold start", a.error().ToString());
+      }
+    }
+    pooled.reset();
   }
   auto result = supervisor::RunSandboxed(host, *policy, program, options);
   if (!result.ok()) reply_error(result.error());
@@ -383,12 +404,13 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
 }
 
 // The supervisor process of one job: single-threaded, forked by the spawner.
-[[noreturn]] void RunJob(int fd, const config::Config& config, const supervisor::HostContext& host) {
+[[noreturn]] void RunJob(int fd, const config::Config& config, const supervisor::HostContext& host,
+                         std::optional<zygote::Handoff> pooled) {
   FramedChannel ch{UniqueFd(fd), kMaxRequestBytes};
   auto frame = ch.Read();
   if (!frame.ok()) ::_exit(1);
   if (frame->value("type", "") == "session_start") RunSession(ch, *frame, config, host);
-  RunOneShot(ch, *frame, config, host);
+  RunOneShot(ch, *frame, config, host, std::move(pooled));
 }
 
 [[noreturn]] void SpawnerMain(int control, pid_t server, const config::Config& config,
@@ -408,15 +430,57 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  for (;;) {
-    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+  // The warm pool (docs/adr/0010-zygote.md): a process of its own does the
+  // slow work and hands ready sandboxes over; they wait here, per profile.
+  pid_t pool_pid = -1;
+  UniqueFd pool_fd;
+  zygote::HandoffStock stock;
+  const std::optional<std::string> no_pool = zygote::PoolUnavailableReason(config, host);
+  auto start_pool = [&] {
+    auto started = zygote::StartPoolProcess(config, host);
+    if (!started.ok()) {
+      KILN_LOG_WARN("warm pool: {}; executions start cold", started.error().ToString());
+      return;
     }
-    pollfd pfd{control, POLLIN, 0};
-    const int rc = ::poll(&pfd, 1, 200);
+    pool_pid = started->first;
+    pool_fd = std::move(started->second);
+  };
+  if (no_pool) {
+    KILN_LOG_INFO("warm pool off: {}", *no_pool);
+  } else {
+    start_pool();
+  }
+  for (;;) {
+    pid_t exited;
+    while ((exited = ::waitpid(-1, nullptr, WNOHANG)) > 0) {
+      if (exited == pool_pid) {
+        // Its sandboxes died with it (its zygotes' pid 1s have it as parent).
+        KILN_LOG_WARN("warm pool: the pool process exited; restarting it");
+        stock.Clear();
+        pool_fd.Reset();
+        pool_pid = -1;
+        start_pool();
+      }
+    }
+    pollfd pfds[2] = {{control, POLLIN, 0}, {pool_fd.get(), POLLIN, 0}};
+    const int rc = ::poll(pfds, pool_fd ? 2 : 1, 200);
     if (rc < 0 && errno != EINTR) ::_exit(1);
     if (rc <= 0) continue;
-    char tag = 0;
-    iovec iov{&tag, 1};
+    if (pool_fd && pfds[1].revents != 0) {
+      for (;;) {
+        auto h = zygote::ReceiveHandoff(pool_fd.get());
+        if (!h.ok()) {
+          if (h.error().code == Code::kUnavailable) pool_fd.Reset();  // restarted when reaped
+          break;
+        }
+        if (!h->has_value()) break;
+        stock.Add(std::move(**h));
+      }
+    }
+    if (pfds[0].revents == 0) continue;
+    // 'J': a job; 'P' + a profile name: a job that may take a pooled sandbox.
+    char tagbuf[72] = {};
+    iovec iov{tagbuf, sizeof tagbuf};
     alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * 4)];
     msghdr msg{};
     msg.msg_iov = &iov;
@@ -424,6 +488,7 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
     msg.msg_control = cbuf;
     msg.msg_controllen = sizeof cbuf;
     const ssize_t n = ::recvmsg(control, &msg, MSG_CMSG_CLOEXEC);
+    const char tag = n > 0 ? tagbuf[0] : 0;
     if (n == 0) ::_exit(0);  // the server is gone
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -443,9 +508,18 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
         }
       }
     }
-    if (tag != 'J' || job < 0) {
+    if ((tag != 'J' && tag != 'P') || job < 0) {
       if (job >= 0) ::close(job);
       continue;
+    }
+    std::optional<zygote::Handoff> pooled;
+    if (tag == 'P' && n > 1) {
+      const std::string profile(tagbuf + 1, strnlen(tagbuf + 1, static_cast<size_t>(n) - 1));
+      pooled = stock.Take(profile);
+      if (pool_fd) {
+        (void)zygote::SendArrival(pool_fd.get(), profile, pooled.has_value(),
+                                  stock.consumed(profile));
+      }
     }
     const pid_t self = ::getpid();
     const pid_t child = ::fork();
@@ -454,7 +528,9 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
       if (::getppid() != self) ::_exit(0);
       ::prctl(PR_SET_NAME, "kiln-supervise", 0, 0, 0);
       ::close(control);
-      RunJob(job, config, host);
+      pool_fd.Reset();
+      stock.Clear();  // only our own sandbox's fds stay open
+      RunJob(job, config, host, std::move(pooled));
     }
     ::close(job);
   }
@@ -538,6 +614,8 @@ Result<std::unique_ptr<Spawner>> Spawner::Start(const config::Config& config,
   auto s = std::unique_ptr<Spawner>(new Spawner());
   s->pid_ = pid;
   s->control_ = std::move(mine);
+  s->config_ = config;
+  s->pool_ = !zygote::PoolUnavailableReason(config, host).has_value();
   return s;
 }
 
@@ -550,12 +628,13 @@ Spawner::~Spawner() {
 
 bool Spawner::Alive() const { return pid_ > 0 && ::kill(pid_, 0) == 0; }
 
-Result<UniqueFd> Spawner::NewJob() {
+Result<UniqueFd> Spawner::NewJob(const std::string& pool_profile) {
   int sp[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) return ErrnoError("socketpair");
   UniqueFd job(sp[0]), theirs(sp[1]);
-  char tag = 'J';
-  iovec iov{&tag, 1};
+  // 'J', or 'P' + the profile: the spawner may hand it a pooled sandbox.
+  std::string tag = pool_profile.empty() || pool_profile.size() > 64 ? "J" : "P" + pool_profile;
+  iovec iov{tag.data(), tag.size()};
   alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -569,7 +648,7 @@ Result<UniqueFd> Spawner::NewJob() {
   const int fd = theirs.get();
   std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
   std::lock_guard<std::mutex> lock(send_mu_);
-  if (::sendmsg(control_.get(), &msg, MSG_NOSIGNAL) != 1) {
+  if (::sendmsg(control_.get(), &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(tag.size())) {
     return ErrnoError("hand the job to the spawner", errno);
   }
   return job;
@@ -613,7 +692,14 @@ Result<ExecResponse> ReadResult(FramedChannel& ch, const EventFn& on_event,
 
 Result<ExecResponse> Spawner::Run(const ExecRequest& request, const CancelToken* cancel,
                                   int hangup_fd, const EventFn& on_event) {
-  KILN_ASSIGN_OR_RETURN(UniqueFd job, NewJob());
+  std::string pool_profile;
+  if (pool_) {
+    auto profile = config_.Find(request.profile);
+    if (profile.ok() && zygote::PoolEligible(config_, **profile, request.limits, request.env)) {
+      pool_profile = request.profile;
+    }
+  }
+  KILN_ASSIGN_OR_RETURN(UniqueFd job, NewJob(pool_profile));
   FramedChannel ch(std::move(job), kMaxResponseBytes);
   ExecRequest req = request;
   req.stream = static_cast<bool>(on_event);

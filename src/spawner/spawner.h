@@ -148,10 +148,14 @@ class Spawner final {
 
  private:
   Spawner() = default;
-  Result<UniqueFd> NewJob();
+  // A job socket handed to the spawner; `pool_profile` non-empty: the
+  // execution may take a pooled sandbox of that profile (zygote::PoolEligible).
+  Result<UniqueFd> NewJob(const std::string& pool_profile = "");
   pid_t pid_ = -1;
   UniqueFd control_;
   std::mutex send_mu_;
+  config::Config config_;  // for the pool's eligibility (read-only after Start)
+  bool pool_ = false;      // the spawner runs a warm pool
 };
 
 // Encoding of the job channel, exposed for unit tests.

@@ -98,10 +98,12 @@ def ms(text):
 
 # --- the server -------------------------------------------------------------------------------
 
-def bench_config(src, path):
-    """The repository's kiln.toml with the bench's [server] and [tenants.default] values."""
-    want = {"server": {"concurrency": "0", "queue": "256"},
-            "tenants.default": {"rate": "100000", "burst": "100000", "max_concurrent": "256"}}
+def bench_config(src, path, want=None):
+    """The repository's kiln.toml with the bench's [server] and [tenants.default] values
+    (or `want`: {section: {key: toml value}})."""
+    if want is None:
+        want = {"server": {"concurrency": "0", "queue": "256"},
+                "tenants.default": {"rate": "100000", "burst": "100000", "max_concurrent": "256"}}
     out, section, seen = [], None, {k: set() for k in want}
 
     def flush(sec):

@@ -5,7 +5,7 @@ The pool starts ``/usr/bin/python3 -I -S -B /opt/kiln/runtime/kiln_runtime/zygot
 namespaces and root, with CAP_SETUID/CAP_SETGID of its own user namespace and
 nothing else), with its control socket (SOCK_SEQPACKET) on fd 3.  It:
 
-1. receives ``libkiln_zygote.so`` as an fd and loads it with ctypes;
+1. loads ``/opt/kiln/lib/libkiln_zygote.so`` (bound read-only into its jail) with ctypes;
 2. lets the library read its configuration (sizes, rlimits, Landlock rights,
    the compiled seccomp filter);
 3. imports the runtime and the preload list (matplotlib on Agg, through the
@@ -28,6 +28,8 @@ import posix
 
 CONTROL_FD = 3
 RUNTIME_FD = 3
+# Bound read-only into the jail by the pool (mount_ns.h, kZygoteLibPath).
+LIBRARY = "/opt/kiln/lib/libkiln_zygote.so"
 
 
 def _parse_args(args):
@@ -176,12 +178,7 @@ def main(argv):
     import socket
 
     control = socket.socket(fileno=CONTROL_FD)
-    _, fds, _, _ = socket.recv_fds(control, 16, 1)
-    if len(fds) != 1:
-        sys.stderr.write("kiln zygote: no library fd\n")
-        return 2
-    lib = ctypes.CDLL("/proc/self/fd/%d" % fds[0])
-    posix.close(fds[0])
+    lib = ctypes.CDLL(LIBRARY)
     rc = lib.kiln_zygote_init(CONTROL_FD)
     if rc != 0:
         sys.stderr.write("kiln zygote: init: %s\n" % posix.strerror(-rc))

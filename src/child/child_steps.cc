@@ -2,8 +2,11 @@
 #include "child/child_steps.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -114,6 +117,45 @@ int ArrangeFds(int code_fd, int sync_fd, int stdout_fd, int stderr_fd) {
 int WorkerStdio() {
   if (::dup2(kStdoutFd, 1) < 0) return -1;
   return ::dup2(kStderrFd, 2) < 0 ? -1 : 0;
+}
+
+}  // namespace kiln::child
+
+namespace kiln::child {
+
+void RunPooledInit(pid_t worker) {
+  ::close(kCodeFd);
+  ::close(kStdoutFd);
+  ::close(kStderrFd);
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  const int sigchld_fd = ::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sigchld_fd < 0) ::_exit(126);
+  for (;;) {
+    // Reap first: the worker may have exited before the signalfd existed.
+    for (;;) {
+      int status = 0;
+      const pid_t pid = ::waitpid(-1, &status, __WALL | WNOHANG);
+      if (pid <= 0) break;
+      if (pid == worker) {
+        SyncMessage m{};
+        m.tag = SyncTag::kWorkerExited;
+        m.status = status;
+        Send(m);
+        ::_exit(0);
+      }
+    }
+    pollfd fds[2] = {{sigchld_fd, POLLIN, 0}, {kSyncFd, POLLRDHUP, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      ::_exit(126);
+    }
+    if ((fds[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) ::_exit(0);
+    signalfd_siginfo info;
+    while (::read(sigchld_fd, &info, sizeof info) > 0) {
+    }
+  }
 }
 
 }  // namespace kiln::child

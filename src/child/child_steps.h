@@ -4,6 +4,8 @@
 // locks, no exceptions, no logger; async-signal-safe calls only.
 #pragma once
 
+#include <sys/types.h>
+
 #include "base/setup_step.h"
 #include "child/sync_message.h"
 
@@ -45,5 +47,14 @@ int ArrangeFds(int code_fd, int sync_fd, int stdout_fd, int stderr_fd);
 
 // The worker's stdio: the capture pipes onto 1 and 2.
 int WorkerStdio();
+
+// A pooled sandbox's pid 1 (zygote_child.cc, and the small init it execs,
+// sandbox_init.cc): reaps every orphan, reports the worker's wait status and
+// exits, which makes the kernel SIGKILL everything left in the namespace.
+// Unlike a cold sandbox's pid 1 (whose parent is its supervisor) its parent
+// is the zygote's pid 1, so a dead supervisor is noticed by its end of the
+// setup channel (kSyncFd) hanging up: then it exits, and the namespace dies
+// with it. Precondition: SIGCHLD blocked (it is read through a signalfd).
+[[noreturn]] void RunPooledInit(pid_t worker);
 
 }  // namespace kiln::child

@@ -36,6 +36,18 @@ alignas(64) char g_init_stack[256 * 1024];
 void* g_resume[5];
 const ZygoteChildPlan* g_plan = nullptr;
 
+// Decimal text of v, NUL-terminated, without snprintf (not async-signal-safe).
+void FormatDecimal(char* out, size_t cap, unsigned v) {
+  char digits[12];
+  size_t d = 0, n = 0;
+  do {
+    digits[d++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0 && d < sizeof digits);
+  while (d > 0 && n + 1 < cap) out[n++] = digits[--d];
+  out[n] = '\0';
+}
+
 // "INSIDE OUTSIDE 1\n" without snprintf (not async-signal-safe).
 size_t FormatMapLine(char* out, size_t cap, unsigned inside, unsigned outside) {
   size_t n = 0;
@@ -81,8 +93,7 @@ int EnterOwnUserNamespace(const ZygoteChildPlan& plan) {
 }
 
 // Returns into the zygote's interpreter, as the worker.
-void RunWorker(const ZygoteChildPlan& plan, int sigchld_fd) {
-  ::close(sigchld_fd);
+void RunWorker(const ZygoteChildPlan& plan) {
   // pid 1 blocked SIGCHLD for its signalfd; the program starts with no mask.
   sigset_t none;
   sigemptyset(&none);
@@ -101,41 +112,6 @@ void RunWorker(const ZygoteChildPlan& plan, int sigchld_fd) {
   // the pipes' spare copies go now. fd 3 (the runtime channel) stays.
   KILN_CHILD_STEP(SetupStep::kCloseFds, sys::CloseRange(kSyncFd, UINT_MAX, 0));
   KILN_CHILD_STEP(SetupStep::kExec, ::chdir(plan.cwd));
-}
-
-// pid 1 of the sandbox: reaps every orphan, reports the worker's wait status
-// and exits, which makes the kernel SIGKILL everything left in the namespace.
-// Unlike a cold sandbox's pid 1 (whose parent is its supervisor) our parent
-// is the zygote's pid 1, so a dead supervisor is noticed by its end of the
-// setup channel hanging up: then we exit, and the namespace dies with us.
-[[noreturn]] void RunInit(pid_t worker, int sigchld_fd) {
-  ::close(kCodeFd);
-  ::close(kStdoutFd);
-  ::close(kStderrFd);
-  for (;;) {
-    pollfd fds[2] = {{sigchld_fd, POLLIN, 0}, {kSyncFd, POLLRDHUP, 0}};
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      ::_exit(126);
-    }
-    if ((fds[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) ::_exit(0);
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    signalfd_siginfo info;
-    while (::read(sigchld_fd, &info, sizeof info) > 0) {
-    }
-    for (;;) {
-      int status = 0;
-      const pid_t pid = ::waitpid(-1, &status, __WALL | WNOHANG);
-      if (pid <= 0) break;
-      if (pid == worker) {
-        SyncMessage m{};
-        m.tag = SyncTag::kWorkerExited;
-        m.status = status;
-        Send(m);
-        ::_exit(0);
-      }
-    }
-  }
 }
 
 // pid 1 of the sandbox's pid namespace, in its own user, mount, net, ipc and
@@ -190,21 +166,32 @@ void RunSandboxInit(const ZygoteChildPlan& plan) {
   }
   KILN_CHILD_STEP(SetupStep::kSeccomp,
                   isolation::ApplySeccompInChild(plan.seccomp, plan.seccomp_length));
-  // 17. The worker runs the program; we stay pid 1. SIGCHLD through a
-  //     signalfd, so that one poll(2) also watches the setup channel.
+  // 17. The worker runs the program; we stay pid 1. SIGCHLD is blocked
+  //     before the fork (pid 1 reads it through a signalfd, so that one
+  //     poll(2) also watches the setup channel; the worker unblocks it).
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);
   KILN_CHILD_STEP(SetupStep::kForkWorker, ::sigprocmask(SIG_BLOCK, &chld, nullptr));
-  const int sigchld_fd = ::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
-  if (sigchld_fd < 0) Fail(SetupStep::kForkWorker, errno);
   const pid_t worker = ::fork();
   if (worker < 0) Fail(SetupStep::kForkWorker, errno);
   if (worker == 0) {
-    RunWorker(plan, sigchld_fd);
+    RunWorker(plan);
     return;  // into the zygote's interpreter, as the worker
   }
-  RunInit(worker, sigchld_fd);
+  // 18. Leave the zygote's memory: exec the small init (its memory is a few
+  //     pages, so its exit costs nothing when the sandbox ends; the fork that
+  //     made us, which waits for this exec, tears the big copy down now, on
+  //     the refill path). It keeps every layer (seccomp, Landlock, no_new_privs
+  //     and the ids survive execve) and the setup channel (fd 4). If the exec
+  //     fails we stay, as the same init in this memory.
+  char pid_text[16];
+  FormatDecimal(pid_text, sizeof pid_text, static_cast<unsigned>(worker));
+  char* const argv[] = {const_cast<char*>("kiln-sandbox-init"), pid_text, nullptr};
+  char* const envp[] = {nullptr};
+  if (::fcntl(kSyncFd, F_SETFD, 0) == 0) ::execve(plan.init_path, argv, envp);
+  ::fcntl(kSyncFd, F_SETFD, FD_CLOEXEC);
+  RunPooledInit(worker);
 }
 
 }  // namespace
@@ -243,10 +230,12 @@ int RunZygoteChild(const ZygoteChildPlan& plan) {
   //    leave it the memory (our exit tears nothing down). Our parent (the
   //    zygote) does not wait for us: it ignores SIGCHLD. pid 1 is reparented
   //    to the zygote's pid 1, which reaps it in the end.
+  //    CLONE_VFORK: we sleep until it has exec'd its init (step 18), so that
+  //    nothing runs in this memory beside it.
   g_plan = &plan;
   if (__builtin_setjmp(g_resume) != 0) return 0;  // the worker, back on this stack
-  const pid_t init =
-      ::clone(SandboxInitEntry, g_init_stack + sizeof g_init_stack, CLONE_VM | SIGCHLD, nullptr);
+  const pid_t init = ::clone(SandboxInitEntry, g_init_stack + sizeof g_init_stack,
+                             CLONE_VM | CLONE_VFORK | SIGCHLD, nullptr);
   if (init < 0) Fail(SetupStep::kForkWorker, errno);
   ::_exit(0);
 }

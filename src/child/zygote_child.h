@@ -39,6 +39,9 @@ struct ZygoteChildPlan {
   const sock_filter* seccomp = nullptr;
   size_t seccomp_length = 0;
   const char* cwd = "/workspace";
+  // The small init pid 1 execs once the worker exists (sandbox_init.cc),
+  // inside the jail (kZygoteLibPath).
+  const char* init_path = "/opt/kiln/lib/kiln-sandbox-init";
 };
 
 // Runs in the zygote's fork (os.fork(): the zygote's pid namespace). Creates

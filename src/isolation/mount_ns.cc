@@ -246,6 +246,7 @@ Result<MountPlan> BuildMountPlan(const MountLayout& layout) {
     b.Mkdir("/opt", SetupStep::kMountRoot);
     b.Mkdir("/opt/kiln", SetupStep::kMountRoot);
     b.BindRoDetached(layout.runtime_dir, kRuntimeMountPath);
+    if (!layout.zygote_lib_dir.empty()) b.BindRoDetached(layout.zygote_lib_dir, kZygoteLibPath);
   }
   for (const auto& p : layout.extra_ro_paths) {
     std::error_code ec;

@@ -98,6 +98,9 @@ struct MountLayout {
   std::vector<Staged> mpl_cache_files;
   // Extra read-only binds, host path = sandbox path (profiles, later).
   std::vector<std::string> extra_ro_paths;
+  // A zygote's jail: the host directory of libkiln_zygote.so and
+  // kiln-sandbox-init, bound read-only at kZygoteLibPath.
+  std::string zygote_lib_dir;
   // Mask /proc's host-revealing entries. Off only for a zygote's jail, whose
   // children each mount their own masked /proc over it (BuildPrivateMountPlan).
   bool mask_proc = true;
@@ -139,6 +142,7 @@ inline constexpr const char* kWorkspacePath = "/workspace";
 inline constexpr const char* kTmpPath = "/tmp";
 inline constexpr const char* kShmPath = "/dev/shm";
 inline constexpr const char* kRuntimeMountPath = "/opt/kiln/runtime";
+inline constexpr const char* kZygoteLibPath = "/opt/kiln/lib";
 inline constexpr const char* kMplConfigPath = "/tmp/matplotlib";
 inline constexpr const char* kDeviceNodes[] = {"null", "zero", "full", "random", "urandom"};
 

@@ -4,7 +4,6 @@
 // this header in one build, so they are plain structs, fixed size, checked by
 // size and magic; anything else ends the zygote (the pool restarts it).
 //
-//   pool -> zygote   "lib" record (SCM_RIGHTS: an fd of libkiln_zygote.so)
 //   pool -> zygote   ZygoteConfig, then the seccomp program (sock_filter[])
 //   zygote -> pool   ZygoteReady, once the preload list is imported
 //   pool -> zygote   ForkRequest (SCM_RIGHTS: sync, runtime, stdout, stderr)

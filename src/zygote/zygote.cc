@@ -100,8 +100,9 @@ Result<std::string> FindZygoteLibrary() {
     std::error_code ec;
     const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
     if (!ec) {
-      candidates.push_back(exe.parent_path() / "libkiln_zygote.so");
-      candidates.push_back(exe.parent_path().parent_path() / "lib" / "kiln" / "libkiln_zygote.so");
+      candidates.push_back(exe.parent_path() / "libexec" / "kiln" / "libkiln_zygote.so");
+      candidates.push_back(exe.parent_path().parent_path() / "libexec" / "kiln" /
+                           "libkiln_zygote.so");
     }
 #ifdef KILN_ZYGOTE_LIB_BUILD_PATH
     candidates.emplace_back(KILN_ZYGOTE_LIB_BUILD_PATH);
@@ -125,8 +126,12 @@ Result<std::unique_ptr<Zygote>> Zygote::Start(const supervisor::HostContext& hos
   if (host.cgroups == nullptr || host.cgroups->mode() == isolation::CgroupMode::kNone) {
     return FailedPrecondition("the warm pool needs cgroups (each sandbox is put into its own)");
   }
-  UniqueFd library(::open(options.library.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!library) return ErrnoError("open " + options.library, errno, SetupStep::kZygote);
+  const std::string lib_dir = fs::path(options.library).parent_path().string();
+  for (const char* f : {"libkiln_zygote.so", "kiln-sandbox-init"}) {
+    if (::access((lib_dir + "/" + f).c_str(), R_OK) != 0) {
+      return ErrnoError("zygote: " + lib_dir + "/" + f, errno, SetupStep::kZygote);
+    }
+  }
   KILN_ASSIGN_OR_RETURN(UidBlock block, UidBlock::Acquire(host.slot_lock_dir));
 
   // The jail: the cold path's mount plan, small tmpfs of its own (each child
@@ -141,6 +146,7 @@ Result<std::unique_ptr<Zygote>> Zygote::Start(const supervisor::HostContext& hos
   layout.runtime_dir = host.runtime_dir;
   layout.extra_ro_paths = pol.extra_ro_mounts();
   layout.mask_proc = false;
+  layout.zygote_lib_dir = lib_dir;
   {
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(fs::path(host.cache_dir) / "matplotlib", ec)) {
@@ -237,8 +243,6 @@ Result<std::unique_ptr<Zygote>> Zygote::Start(const supervisor::HostContext& hos
     return ErrnoError("send to the zygote's setup channel", errno, SetupStep::kUserMaps);
   }
 
-  const int lib_fd = library.get();
-  KILN_TRY(SendRecord(z->control_.get(), "lib", 3, &lib_fd, 1));
   ZygoteConfig config;
   config.seccomp_length = static_cast<uint32_t>(host.seccomp.size());
   config.workspace_bytes = limits.workspace_bytes;

@@ -59,8 +59,9 @@ struct ZygoteOptions {
   std::string library;             // libkiln_zygote.so (FindZygoteLibrary)
 };
 
-// $KILN_ZYGOTE_LIB, else libkiln_zygote.so beside the running binary, else
-// <exe>/../lib/kiln/, else the one this build made.
+// $KILN_ZYGOTE_LIB, else libexec/kiln/libkiln_zygote.so beside the running
+// binary, else <exe>/../libexec/kiln/, else the one this build made. Its
+// directory also holds kiln-sandbox-init; the zygote's jail binds it.
 Result<std::string> FindZygoteLibrary();
 
 class Zygote final {

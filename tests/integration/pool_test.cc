@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -281,6 +282,42 @@ TEST_F(PoolTest, AdoptedSandboxGetsInputFilesAsItsOwn) {
       o);
   ASSERT_TRUE(r.ok()) << r.error().ToString();
   EXPECT_EQ(r->stdout_data, "hello 1000\n") << r->stderr_data;
+}
+
+TEST_F(PoolTest, BrokenZygoteHandsOutNothing) {
+  // A zygote whose children fail a step (here: RLIMIT_NOFILE above the hard
+  // limit the zygote inherited) is killed and restarted, again and again, and
+  // never hands out a sandbox. In a child process, whose hard limit may drop
+  // for good.
+  pool_.reset();
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    rlimit low{256, 256};  // below the policy's open_files (1024)
+    if (::setrlimit(RLIMIT_NOFILE, &low) != 0) ::_exit(10);
+    zygote::PoolOptions po{zygote::ZygoteOptions(*policy_)};
+    po.zygote.profile = "broken";
+    po.min = 1;
+    po.max = 1;
+    auto pool = zygote::Pool::Create(*host_, po);
+    if (!pool.ok()) ::_exit(11);
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (std::chrono::steady_clock::now() < deadline && (*pool)->stats().child_failures < 2) {
+      (*pool)->Step(50);
+    }
+    int code = 0;
+    if ((*pool)->stats().child_failures < 2) code |= 1;
+    if ((*pool)->stats().zygote_starts < 2) code |= 2;
+    if ((*pool)->ready() != 0 || (*pool)->TryTake().has_value()) code |= 4;
+    if ((*pool)->stats().handed_out != 0) code |= 8;
+    pool->reset();
+    ::_exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  // 1: no child failed; 2: the zygote was not restarted; 4, 8: a sandbox was handed out.
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 }  // namespace

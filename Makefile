@@ -16,7 +16,7 @@ PYTHON_PKGS := python3 python3-numpy python3-pandas python3-matplotlib python3-s
 TEST_PKGS := bubblewrap procps curl wrk
 DEPS := $(BUILD_PKGS) $(PYTHON_PKGS) $(TEST_PKGS)
 
-.PHONY: all deps build test test-unit test-integration test-escape serve doctor bench asan clean
+.PHONY: all deps build test test-unit test-integration test-escape serve doctor bench bench-pool asan clean
 
 all: build
 
@@ -53,6 +53,11 @@ serve: build
 bench: build
 	$(PYTHON) bench/run_bench.py --kiln ./$(BUILD_DIR)/kiln
 	$(PYTHON) bench/http_bench.py --kiln ./$(BUILD_DIR)/kiln
+	$(PYTHON) bench/pool_bench.py --kiln ./$(BUILD_DIR)/kiln
+
+# The warm pool alone: (a)-(e) of docs/adr/0010-zygote.md, as root.
+bench-pool: build
+	$(PYTHON) bench/pool_bench.py --kiln ./$(BUILD_DIR)/kiln
 
 asan: deps
 	cmake --preset asan-ubsan >/dev/null

@@ -208,7 +208,8 @@ ProcessResult RunKiln(const std::vector<std::string>& args, const ProcessOptions
   // The pool-path variants of a tier (tests/CMakeLists.txt) run every
   // `kiln run` with extra flags, e.g. "--pool": a sandbox from a zygote.
   if (!args.empty() && args[0] == "run") {
-    std::istringstream extra(EnvOr("KILN_TEST_RUN_ARGS", ""));
+    const char* run_args = std::getenv("KILN_TEST_RUN_ARGS");
+    std::istringstream extra(run_args != nullptr ? run_args : "");
     std::string a;
     size_t at = 2;
     while (extra >> a) argv.insert(argv.begin() + static_cast<std::ptrdiff_t>(at++), a);

@@ -204,10 +204,10 @@ open("/tmp/from-a", "w").write("a")
 open("/workspace/from-a", "w").write("a")
 s = socket.socket(socket.AF_UNIX); s.bind("\0kiln-pool-test"); s.listen()
 open("/dev/shm/from-a", "w").write("a")
-time.sleep(3)
+time.sleep(8)
 print("a done", sorted(os.listdir("/tmp")))
 )PY");
-  ::usleep(1500 * 1000);
+  ::usleep(3000 * 1000);  // A has made its files and socket by then (even on a busy host)
   const supervisor::ExecutionResult rb = Run(std::move(b), R"PY(
 import os, socket
 print(sorted(os.listdir("/tmp")), os.listdir("/workspace"), os.listdir("/dev/shm"))

@@ -778,7 +778,12 @@ memory = "256m"
   // The supervisors (children of the spawner, the server's child) and their cgroups.
   std::vector<pid_t> supervisors;
   for (pid_t spawner : ChildrenOf(server.pid())) {
-    for (pid_t s : ChildrenOf(spawner)) supervisors.push_back(s);
+    for (pid_t s : ChildrenOf(spawner)) {
+      // Not the warm pool's process (kiln-pool), the spawner's other child.
+      if (ReadFile("/proc/" + std::to_string(s) + "/comm").value_or("").rfind("kiln-supervise", 0) == 0) {
+        supervisors.push_back(s);
+      }
+    }
   }
   const std::vector<std::string> cgroup_dirs = KilnCgroupDirs();
   const std::vector<std::string> cgroups_before = SandboxCgroupsOf(supervisors);

@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <boost/asio/ip/tcp.hpp>
@@ -265,23 +266,33 @@ struct HttpServer::Impl {
     beast::flat_buffer buffer;
     for (;;) {
       http::request_parser<http::string_body> parser;
-      parser.body_limit(deps.config->server.max_body_bytes);
+      const uint64_t max_body = deps.config->server.max_body_bytes;
+      const uint64_t max_upload = std::max(max_body, deps.config->server.max_file_bytes);
+      // Beast checks Content-Length against the limit as the header ends, so
+      // the header is read with the larger (upload) limit and the route's own
+      // limit applied right after.
+      parser.body_limit(max_upload);
       parser.header_limit(64 * 1024);
       beast::error_code ec;
       {
         std::lock_guard<std::mutex> lock(mu);
         reading[fd] = Clock::now();
       }
+      uint64_t limit = max_body;
       http::read_header(socket, buffer, parser, ec);
       if (!ec) {
-        // An upload may be as large as a file of the files API.
         const auto& head = parser.get();
         if (head.method() == http::verb::put &&
             std::string(head.target()).find("/files/") != std::string::npos) {
-          parser.body_limit(std::max(deps.config->server.max_body_bytes,
-                                     deps.config->server.max_file_bytes + 1));
+          limit = max_upload;  // a file of the files API
         }
-        http::read(socket, buffer, parser, ec);
+        const auto length = parser.content_length();
+        if (length && *length > limit) {
+          ec = http::error::body_limit;
+        } else {
+          parser.body_limit(limit);  // chunked bodies are counted as they come
+          http::read(socket, buffer, parser, ec);
+        }
       }
       {
         std::lock_guard<std::mutex> lock(mu);
@@ -289,12 +300,14 @@ struct HttpServer::Impl {
       }
       if (ec == http::error::body_limit) {
         Response res = Json(http::status::payload_too_large,
-                            V1ErrorBody("body_too_large", "the request body is over " +
-                                                              std::to_string(deps.config->server.max_body_bytes) +
-                                                              " bytes"),
+                            V1ErrorBody("body_too_large", "the request body is over " + std::to_string(limit) +
+                                                              " bytes", "body"),
                             11, false);
         http::write(socket, res, ec);
         deps.metrics->RecordHttp("body_limit", 413);
+        // Read (and drop) what the client is still sending for a moment, so
+        // that closing does not reset the connection before it reads the 413.
+        DrainBeforeClose(fd, std::min<uint64_t>(limit, 64ULL << 20));
         break;
       }
       if (ec) break;  // closed, timed out, or malformed: drop the connection
@@ -314,6 +327,21 @@ struct HttpServer::Impl {
     socket.close(ignored);
     --connections;
     cv.notify_all();
+  }
+
+  // Stop sending, then read and discard up to `max` bytes for at most 2 s.
+  static void DrainBeforeClose(int fd, uint64_t max) {
+    ::shutdown(fd, SHUT_WR);
+    char buf[65536];
+    uint64_t total = 0;
+    const auto deadline = Clock::now() + std::chrono::seconds(2);
+    while (total < max && Clock::now() < deadline) {
+      pollfd pfd{fd, POLLIN, 0};
+      if (::poll(&pfd, 1, 100) <= 0) continue;
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      total += static_cast<uint64_t>(n);
+    }
   }
 
   void ReapSlowClients() {

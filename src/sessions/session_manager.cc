@@ -209,8 +209,8 @@ Result<nlohmann::json> SessionManager::Get(const Caller& caller, const std::stri
   }
   // Memory in use: asked of the supervisor, unless a cell holds the channel.
   j["memory_bytes"] = nullptr;
-  std::unique_lock<std::mutex> op(s->op_mu, std::try_to_lock);
-  if (op.owns_lock()) {
+  std::unique_lock<std::mutex> op(s->op_mu, std::defer_lock);
+  if (!busy && op.try_lock() && s->channel) {
     auto stats = s->channel->Stats();
     if (stats.ok()) j["memory_bytes"] = stats->value("memory_bytes", nlohmann::json(nullptr));
     if (auto gone = s->channel->Gone()) {
@@ -279,16 +279,10 @@ Result<CellOutcome> SessionManager::Execute(const Caller& caller, const std::str
     return InvalidArgument("timeout: must be more than 0 and at most " + Fmt(s->max_timeout_s) +
                            " s (the profile's maximum)");
   }
-  std::unique_lock<std::mutex> op(s->op_mu, std::try_to_lock);
-  if (!op.owns_lock()) {
-    return MakeError(Code::kAborted, "session_busy: a cell or file operation of this session is running; "
-                                     "cells of one session run one at a time");
-  }
-  if (!s->channel) return MakeError(Code::kGone, "session " + id + " is gone");
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (s->ended) return MakeError(Code::kGone, "session " + id + " is gone");
-    s->busy = true;
+  KILN_ASSIGN_OR_RETURN(std::unique_lock<std::mutex> op, Claim(*s));
+  if (!s->channel) {
+    Release(*s);
+    return MakeError(Code::kGone, "session " + id + " is gone");
   }
   CellOutcome out;
   out.execution_id = NewId();
@@ -303,11 +297,7 @@ Result<CellOutcome> SessionManager::Execute(const Caller& caller, const std::str
   audit.code = code;
   audit.store_code = deps_.config->server.store_code;
   audit.client_addr = caller.peer;
-  auto not_busy = [this, &s] {
-    std::lock_guard<std::mutex> lock(mu_);
-    s->busy = false;
-    s->last_used_ms = NowMs();
-  };
+  auto not_busy = [this, &s] { Release(*s); };
 
   std::optional<admission::Permit> permit;
   if (deps_.admission != nullptr) {
@@ -389,16 +379,33 @@ Result<bool> SessionManager::Interrupt(const Caller& caller, const std::string& 
   return busy;
 }
 
-namespace {
-template <typename F>
-auto WithOp(std::mutex& op_mu, F&& f) -> decltype(f()) {
-  std::unique_lock<std::mutex> op(op_mu, std::try_to_lock);
-  if (!op.owns_lock()) {
-    return MakeError(Code::kAborted, "session_busy: a cell or file operation of this session is running");
+Result<std::unique_lock<std::mutex>> SessionManager::Claim(Session& s) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (s.ended) return MakeError(Code::kGone, "session " + s.id + " is gone");
+    if (s.busy) {
+      return MakeError(Code::kAborted, "session_busy: a cell or file operation of this session is running; "
+                                       "cells of one session run one at a time");
+    }
+    s.busy = true;
   }
-  return f();
+  // A status check (GET, the reaper) may hold the channel for a moment.
+  return std::unique_lock<std::mutex>(s.op_mu);
 }
-}  // namespace
+
+void SessionManager::Release(Session& s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  s.busy = false;
+  s.last_used_ms = NowMs();
+}
+
+template <typename F>
+auto SessionManager::WithOp(Session& s, F&& f) -> decltype(f()) {
+  KILN_ASSIGN_OR_RETURN(std::unique_lock<std::mutex> op, Claim(s));
+  auto result = f();
+  Release(s);
+  return result;
+}
 
 Status SessionManager::PutFile(const Caller& caller, const std::string& id, const std::string& path,
                                const std::string& bytes) {
@@ -408,20 +415,16 @@ Status SessionManager::PutFile(const Caller& caller, const std::string& id, cons
                                                    std::to_string(deps_.config->server.max_file_bytes) +
                                                    "-byte limit per file");
   }
-  Status st = WithOp(s->op_mu, [&]() -> Status {
+  Status st = WithOp(*s, [&]() -> Status {
     return s->channel ? s->channel->PutFile(path, bytes) : Status(MakeError(Code::kGone, "gone"));
   });
-  if (st.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    s->last_used_ms = NowMs();
-  }
   return st;
 }
 
 Result<std::string> SessionManager::GetFile(const Caller& caller, const std::string& id,
                                             const std::string& path) {
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
-  return WithOp(s->op_mu, [&]() -> Result<std::string> {
+  return WithOp(*s, [&]() -> Result<std::string> {
     if (!s->channel) return MakeError(Code::kGone, "gone");
     return s->channel->GetFile(path);
   });
@@ -429,7 +432,7 @@ Result<std::string> SessionManager::GetFile(const Caller& caller, const std::str
 
 Result<nlohmann::json> SessionManager::ListFiles(const Caller& caller, const std::string& id) {
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
-  return WithOp(s->op_mu, [&]() -> Result<nlohmann::json> {
+  return WithOp(*s, [&]() -> Result<nlohmann::json> {
     if (!s->channel) return MakeError(Code::kGone, "gone");
     return s->channel->ListFiles();
   });
@@ -437,7 +440,7 @@ Result<nlohmann::json> SessionManager::ListFiles(const Caller& caller, const std
 
 Status SessionManager::DeleteFile(const Caller& caller, const std::string& id, const std::string& path) {
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
-  return WithOp(s->op_mu, [&]() -> Status {
+  return WithOp(*s, [&]() -> Status {
     if (!s->channel) return MakeError(Code::kGone, "gone");
     return s->channel->DeleteFile(path);
   });

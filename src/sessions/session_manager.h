@@ -117,6 +117,11 @@ class SessionManager final {
  private:
   struct Session;
   Result<std::shared_ptr<Session>> Find(const Caller& caller, const std::string& id);
+  // Marks the session busy (kAborted if it already is) and takes its channel.
+  Result<std::unique_lock<std::mutex>> Claim(Session& s);
+  void Release(Session& s);
+  template <typename F>
+  auto WithOp(Session& s, F&& f) -> decltype(f());
   void End(const std::shared_ptr<Session>& s, const std::string& reason);
   void ReapLoop();
   void Bury(const std::string& id, const std::string& tenant, const std::string& reason);

@@ -640,6 +640,7 @@ struct Sandbox::State {
       const std::string status = c.outputs.reply_status().value_or("error");
       r.exit_code = static_cast<int>(c.outputs.exit_code().value_or(status == "ok" ? 0 : 1));
       r.session_state = "kept";
+      r.phases.run_ms = r.duration_ms;  // the other phases belong to the session's start
       const bool keyboard = c.outputs.error() && c.outputs.error()->name == "KeyboardInterrupt";
       if (c.timed_out && keyboard) {
         r.outcome = Outcome::kTimeout;

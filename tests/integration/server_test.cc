@@ -627,7 +627,7 @@ TEST_F(Server, BodyOverMaxBodyIs413) {
   // max_body = 64k; a valid request of ~80 KiB.
   const std::string body = json({{"code", "# " + std::string(80 * 1024, 'x') + "\nprint(1)"}}).dump();
   const HttpResponse r = srv().Call("POST", "/v1/execute", {{"Authorization", "Bearer " + key()}}, body);
-  ExpectV1Error(r, 413, nullptr);
+  ExpectV1Error(r, 413, "body");
   // Just under the limit still runs.
   const std::string small = json({{"code", "# " + std::string(60 * 1024, 'x') + "\nprint(1)"}}).dump();
   const HttpResponse ok = srv().Call("POST", "/v1/execute", {{"Authorization", "Bearer " + key()}}, small);

@@ -263,10 +263,6 @@ class SessionsAgainstServer(unittest.TestCase):
         self.assertEqual(worker.result(timeout=30).result_text, "'slow'")
         self.assertEqual(s.execute("'after'").result_text, "'after'")
 
-    @unittest.skipUnless(os.environ.get("KILN_TEST_SERVER_BUGS"),
-                         "known server bug: GET /v1/sessions/{id} holds the session's operation "
-                         "lock, so a cell arriving meanwhile gets 409 session_busy "
-                         "(set KILN_TEST_SERVER_BUGS=1 to run)")
     def test_status_polls_do_not_make_a_cell_busy(self):
         s = self.new_session()
         stop = threading.Event()

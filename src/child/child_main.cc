@@ -112,11 +112,7 @@ void RunChild(const ChildPlan& plan) {
   }
   // 5. The new root: private propagation, tmpfs root, ro binds, /proc, /dev,
   //    size-capped tmpfs, staged files (each op carries its own SetupStep).
-  if (isolation::ApplyMountOpsInChild(plan.mount_ops, plan.mount_count, &failed) != 0) {
-    const SetupStep step =
-        failed < plan.mount_count ? plan.mount_ops[failed].step : SetupStep::kMountPrivate;
-    Fail(step, errno, failed < plan.mount_count ? static_cast<int>(failed) : -1);
-  }
+  ApplyMountOpsOrFail(plan.mount_ops, plan.mount_count);
   // 6. Enter it and drop every path to the host's tree.
   KILN_CHILD_STEP(SetupStep::kPivotRoot, isolation::PivotRootInChild(plan.new_root));
   // 7. The root itself is read-only from here on (only the tmpfs mounts write).

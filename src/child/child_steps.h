@@ -6,7 +6,11 @@
 
 #include <sys/types.h>
 
+#include <cerrno>
+#include <cstddef>
+
 #include "base/setup_step.h"
+#include "isolation/mount_ns.h"
 #include "child/sync_message.h"
 
 namespace kiln::child {
@@ -36,6 +40,16 @@ void ResetSignals();
 // Blocks until one record with `tag` arrives on the setup channel. -1 with
 // errno EPIPE at EOF (the peer died), EPROTO for anything else.
 int WaitForRecord(SyncTag tag);
+
+// ApplyMountOpsInChild, or Fail with the failing op's step and index. (Inline:
+// kiln-sandbox-init links this file's .cc without the mount code.)
+inline void ApplyMountOpsOrFail(const isolation::MountOp* ops, size_t count) {
+  size_t failed = 0;
+  if (isolation::ApplyMountOpsInChild(ops, count, &failed) != 0) {
+    const SetupStep step = failed < count ? ops[failed].step : SetupStep::kMountPrivate;
+    Fail(step, errno, failed < count ? static_cast<int>(failed) : -1);
+  }
+}
 
 // Sends an O_PATH fd of /workspace to the supervisor (kWorkspaceFd record).
 int SendWorkspaceFd();

@@ -131,12 +131,7 @@ void RunSandboxInit(const ZygoteChildPlan& plan) {
   }
   // 6. Our own /proc (masked), /dev/shm, /tmp, /workspace and the font cache,
   //    over the zygote's (docs/threat-model.md: what lies beneath).
-  size_t failed = 0;
-  if (isolation::ApplyMountOpsInChild(plan.mount_ops, plan.mount_count, &failed) != 0) {
-    const SetupStep step =
-        failed < plan.mount_count ? plan.mount_ops[failed].step : SetupStep::kMountPrivate;
-    Fail(step, errno, failed < plan.mount_count ? static_cast<int>(failed) : -1);
-  }
+  ApplyMountOpsOrFail(plan.mount_ops, plan.mount_count);
   // 7. Own hostname, and a loopback that leads nowhere.
   KILN_CHILD_STEP(SetupStep::kHostname, isolation::SetHostnameInChild(plan.hostname));
   KILN_CHILD_STEP(SetupStep::kLoopback, isolation::BringUpLoopbackInChild());

@@ -39,21 +39,6 @@ std::vector<std::string> DefaultPoolPreload() {
   return {"numpy", "pandas", "matplotlib"};
 }
 
-supervisor::AdoptedSandbox ToAdopted(zygote::PooledChild&& c) {
-  supervisor::AdoptedSandbox a;
-  a.init_pidfd = std::move(c.init_pidfd);
-  a.init_pid = c.init_pid;
-  a.worker_pid = c.worker_pid;
-  a.host_uid = c.host_uid;
-  a.sync = std::move(c.sync);
-  a.runtime = std::move(c.runtime);
-  a.out = std::move(c.out);
-  a.err = std::move(c.err);
-  a.workspace = std::move(c.workspace);
-  a.cgroup = std::move(c.cgroup);
-  return a;
-}
-
 Result<supervisor::ExecutionResult> RunViaPool(const supervisor::HostContext& host,
                                                const policy::SandboxPolicy& policy,
                                                const supervisor::Program& program,
@@ -66,7 +51,7 @@ Result<supervisor::ExecutionResult> RunViaPool(const supervisor::HostContext& ho
   po.max = 1;
   KILN_ASSIGN_OR_RETURN(std::unique_ptr<zygote::Pool> pool, zygote::Pool::Create(host, po));
   KILN_ASSIGN_OR_RETURN(zygote::PooledChild child, pool->Take(std::chrono::seconds(60)));
-  supervisor::AdoptedSandbox adopted = ToAdopted(std::move(child));
+  supervisor::AdoptedSandbox adopted = std::move(child.sandbox);
   options.adopt = &adopted;
   return supervisor::RunSandboxed(host, policy, program, options);
 }
@@ -225,7 +210,7 @@ int DoPoolBench(const BenchFlags& f) {
     t_r.push_back(child->attached_ms);
     t_w.push_back(child->worker_ms);
     t_ready.push_back(child->ready_ms);
-    supervisor::AdoptedSandbox a = ToAdopted(std::move(*child));
+    supervisor::AdoptedSandbox a = std::move(child->sandbox);
     supervisor::RunOptions o;
     o.adopt = &a;
     auto r = supervisor::RunSandboxed(*host, *policy, {"<string>", code, {}}, o);
@@ -273,7 +258,7 @@ int DoPoolBench(const BenchFlags& f) {
     while (auto c = pool.TryTake()) idle.push_back(std::move(*c));
     std::vector<double> per_sandbox, per_init, per_worker;
     for (const auto& c : idle) {
-      const uint64_t i = Uss(c.init_pid), w = Uss(c.worker_pid);
+      const uint64_t i = Uss(c.sandbox.init_pid), w = Uss(c.sandbox.worker_pid);
       per_init.push_back(static_cast<double>(i) / 1048576.0);
       per_worker.push_back(static_cast<double>(w) / 1048576.0);
       per_sandbox.push_back(static_cast<double>(i + w) / 1048576.0);
@@ -335,13 +320,13 @@ int DoPoolBench(const BenchFlags& f) {
           zygote::PooledChild child = std::move(*c);
           pid = ::fork();
           if (pid == 0) {
-            supervisor::AdoptedSandbox a = ToAdopted(std::move(child));
+            supervisor::AdoptedSandbox a = std::move(child.sandbox);
             supervisor::RunOptions o;
             o.adopt = &a;
             auto r = supervisor::RunSandboxed(*host, *policy, {"<string>", "print(1)\n", {}}, o);
             ::_exit(r.ok() && r->outcome == supervisor::Outcome::kOk && r->stdout_data == "1\n" ? 0 : 1);
           }
-          (void)child.cgroup.release();  // the supervisor process owns it
+          (void)child.sandbox.cgroup.release();  // the supervisor process owns it
         } else if (mode == 1) {
           pid = ::fork();
           if (pid == 0) {

@@ -15,8 +15,6 @@ namespace kiln::cli {
 // numpy, pandas, matplotlib, or $KILN_POOL_PRELOAD (comma-separated).
 std::vector<std::string> DefaultPoolPreload();
 
-supervisor::AdoptedSandbox ToAdopted(zygote::PooledChild&& c);
-
 // One program in a sandbox taken from a pool made for it (its zygote is
 // started for this run and killed after it).
 Result<supervisor::ExecutionResult> RunViaPool(const supervisor::HostContext& host,

@@ -50,6 +50,21 @@ std::vector<std::string> SandboxEnvironment(
   return out;
 }
 
+std::vector<UniqueFd> OpenFontCache(const HostContext& host,
+                                    std::vector<isolation::MountLayout::Staged>* staged) {
+  std::vector<UniqueFd> fds;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(host.cache_dir) / "matplotlib", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("fontlist-", 0) != 0 || e.path().extension() != ".json") continue;
+    UniqueFd fd(::open(e.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!fd) continue;
+    staged->push_back({fd.get(), name});
+    fds.push_back(std::move(fd));
+  }
+  return fds;
+}
+
 Result<std::string> FindRuntimeDir() {
   std::vector<fs::path> candidates;
   if (const char* env = std::getenv("KILN_RUNTIME_DIR"); env != nullptr && *env != '\0') {

@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "base/result.h"
+#include "base/unique_fd.h"
 #include "isolation/cgroup.h"
 #include "isolation/landlock.h"
+#include "isolation/mount_ns.h"
 #include "isolation/seccomp.h"
 
 namespace kiln::supervisor {
@@ -55,6 +57,13 @@ void FinishCgroupWarmUp(pid_t helper);
 // adding. Shared by the cold path and the zygotes.
 std::vector<std::string> SandboxEnvironment(
     double cpus, const std::vector<std::pair<std::string, std::string>>& extra);
+
+// The pre-built matplotlib font cache files (host.cache_dir/matplotlib/
+// fontlist-*.json), opened for a mount plan to copy into a sandbox's
+// /tmp/matplotlib: appended to `staged`; the fds returned must outlive the
+// copy. None when there is no cache (imports then rebuild it, slowly).
+std::vector<UniqueFd> OpenFontCache(const HostContext& host,
+                                    std::vector<isolation::MountLayout::Staged>* staged);
 
 // The runtime directory: $KILN_RUNTIME_DIR, else next to the binary
 // (<exe>/../runtime for a build tree, <exe>/../share/kiln/runtime installed).

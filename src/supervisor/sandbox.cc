@@ -812,17 +812,7 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
                            ") do not fit the workspace (--disk " +
                            FormatSize(limits.workspace_bytes) + ")");
   }
-  {
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(fs::path(host.cache_dir) / "matplotlib", ec)) {
-      const std::string name = e.path().filename().string();
-      if (name.rfind("fontlist-", 0) != 0 || e.path().extension() != ".json") continue;
-      UniqueFd fd(::open(e.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-      if (!fd) continue;
-      layout.mpl_cache_files.push_back({fd.get(), name});
-      s.keep_fds.push_back(std::move(fd));
-    }
-  }
+  for (auto& fd : OpenFontCache(host, &layout.mpl_cache_files)) s.keep_fds.push_back(std::move(fd));
   // The runtime directory is detached by open_tree in the child before the
   // staging root covers /tmp, so it may live anywhere (mount_ns.h).
   layout.runtime_dir = host.runtime_dir;

@@ -47,21 +47,22 @@ std::string NameOf(const char* buf, size_t cap) { return std::string(buf, strnle
 }  // namespace
 
 bool Handoff::alive() const {
-  pollfd pfd{init_pidfd.get(), POLLIN, 0};
-  return init_pidfd && ::poll(&pfd, 1, 0) == 0;
+  pollfd pfd{sandbox.init_pidfd.get(), POLLIN, 0};
+  return sandbox.init_pidfd && ::poll(&pfd, 1, 0) == 0;
 }
 
 Status SendHandoff(int fd, const std::string& profile, const PooledChild& c) {
+  const supervisor::AdoptedSandbox& a = c.sandbox;
   HandoffRecord r;
-  r.init_pid = c.init_pid;
-  r.worker_pid = c.worker_pid;
-  r.host_uid = c.host_uid;
+  r.init_pid = a.init_pid;
+  r.worker_pid = a.worker_pid;
+  r.host_uid = a.host_uid;
   if (!CopyName(r.profile, sizeof r.profile, profile) ||
       !CopyName(r.cgroup, sizeof r.cgroup, c.cgroup_name)) {
     return InvalidArgument("handoff: name too long");
   }
-  const int fds[kHandoffFds] = {c.init_pidfd.get(), c.sync.get(), c.runtime.get(),
-                                c.out.get(),        c.err.get(),  c.workspace.get()};
+  const int fds[kHandoffFds] = {a.init_pidfd.get(), a.sync.get(), a.runtime.get(),
+                                a.out.get(),        a.err.get(),  a.workspace.get()};
   iovec iov{&r, sizeof r};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)] = {};
   msghdr msg{};
@@ -108,7 +109,8 @@ Result<std::optional<Handoff>> ReceiveHandoff(int fd) {
     }
   }
   Handoff h;
-  UniqueFd* slots[kHandoffFds] = {&h.init_pidfd, &h.sync, &h.runtime, &h.out, &h.err, &h.workspace};
+  supervisor::AdoptedSandbox& a = h.sandbox;
+  UniqueFd* slots[kHandoffFds] = {&a.init_pidfd, &a.sync, &a.runtime, &a.out, &a.err, &a.workspace};
   for (size_t i = 0; i < fds.size(); ++i) {
     if (i < kHandoffFds) {
       slots[i]->Reset(fds[i]);
@@ -122,9 +124,9 @@ Result<std::optional<Handoff>> ReceiveHandoff(int fd) {
   }
   h.profile = NameOf(r.profile, sizeof r.profile);
   h.cgroup_name = NameOf(r.cgroup, sizeof r.cgroup);
-  h.init_pid = r.init_pid;
-  h.worker_pid = r.worker_pid;
-  h.host_uid = r.host_uid;
+  a.init_pid = r.init_pid;
+  a.worker_pid = r.worker_pid;
+  a.host_uid = r.host_uid;
   return std::optional<Handoff>(std::move(h));
 }
 
@@ -141,19 +143,8 @@ Status SendArrival(int fd, const std::string& profile, bool hit, uint64_t consum
 
 Result<supervisor::AdoptedSandbox> Adopt(const supervisor::HostContext& host, Handoff&& h) {
   if (host.cgroups == nullptr) return FailedPrecondition("no cgroups");
-  KILN_ASSIGN_OR_RETURN(std::unique_ptr<isolation::Cgroup> cg, host.cgroups->Adopt(h.cgroup_name));
-  supervisor::AdoptedSandbox a;
-  a.init_pidfd = std::move(h.init_pidfd);
-  a.init_pid = h.init_pid;
-  a.worker_pid = h.worker_pid;
-  a.host_uid = h.host_uid;
-  a.sync = std::move(h.sync);
-  a.runtime = std::move(h.runtime);
-  a.out = std::move(h.out);
-  a.err = std::move(h.err);
-  a.workspace = std::move(h.workspace);
-  a.cgroup = std::move(cg);
-  return a;
+  KILN_ASSIGN_OR_RETURN(h.sandbox.cgroup, host.cgroups->Adopt(h.cgroup_name));
+  return std::move(h.sandbox);
 }
 
 bool PoolEligible(const config::Config& config, const config::Profile& profile,
@@ -261,7 +252,7 @@ namespace {
         ++e.sent;
         // The cgroup is the supervisor's that takes the sandbox (or, unused,
         // removed at the next start as a stale one of ours).
-        c->cgroup->Disown();
+        c->sandbox.cgroup->Disown();
       }
     }
   }

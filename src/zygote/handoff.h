@@ -34,9 +34,7 @@ struct PooledChild;
 struct Handoff {
   std::string profile;
   std::string cgroup_name;
-  pid_t init_pid = 0, worker_pid = 0;
-  uid_t host_uid = 0;
-  UniqueFd init_pidfd, sync, runtime, out, err, workspace;
+  supervisor::AdoptedSandbox sandbox;  // without its cgroup (Adopt makes it)
   bool alive() const;  // its pid 1 still runs
 };
 

@@ -93,7 +93,7 @@ Pool::~Pool() {
   for (auto& p : pending_) {
     if (p->init_pidfd) sys::PidfdSendSignal(p->init_pidfd.get(), SIGKILL);
   }
-  for (auto& [c, slot] : ready_) sys::PidfdSendSignal(c.init_pidfd.get(), SIGKILL);
+  for (auto& [c, slot] : ready_) sys::PidfdSendSignal(c.sandbox.init_pidfd.get(), SIGKILL);
   pending_.clear();
   ready_.clear();
 }
@@ -117,7 +117,7 @@ void Pool::RestartZygote(const std::string& why) {
   }
   pending_.clear();
   for (auto& [c, slot] : ready_) {
-    sys::PidfdSendSignal(c.init_pidfd.get(), SIGKILL);
+    sys::PidfdSendSignal(c.sandbox.init_pidfd.get(), SIGKILL);
     slot_used_[slot] = false;
   }
   ready_.clear();
@@ -355,17 +355,18 @@ void Pool::Promote(size_t index) {
   std::unique_ptr<Pending> p = std::move(pending_[index]);
   pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(index));
   PooledChild c;
-  c.init_pidfd = std::move(p->init_pidfd);
-  c.sync = std::move(p->sync);
-  c.runtime = std::move(p->runtime);
-  c.out = std::move(p->out);
-  c.err = std::move(p->err);
-  c.workspace = std::move(p->workspace);
-  c.cgroup = std::move(p->cgroup);
+  supervisor::AdoptedSandbox& a = c.sandbox;
+  a.init_pidfd = std::move(p->init_pidfd);
+  a.sync = std::move(p->sync);
+  a.runtime = std::move(p->runtime);
+  a.out = std::move(p->out);
+  a.err = std::move(p->err);
+  a.workspace = std::move(p->workspace);
+  a.cgroup = std::move(p->cgroup);
+  a.init_pid = p->init_pid;
+  a.worker_pid = p->worker_pid;
+  a.host_uid = zygote_->child_host_uid(p->slot);
   c.cgroup_name = p->cgroup_name;
-  c.init_pid = p->init_pid;
-  c.worker_pid = p->worker_pid;
-  c.host_uid = zygote_->child_host_uid(p->slot);
   c.attach_request_ms = p->attach_request_ms;
   c.attached_ms = p->attached_ms;
   c.attach_ms = p->attach_ms;
@@ -393,7 +394,7 @@ void Pool::Resize() {
   // Shrink one at a time, oldest first.
   if (ready_.size() > target_) {
     auto& [c, slot] = ready_.front();
-    sys::PidfdSendSignal(c.init_pidfd.get(), SIGKILL);
+    sys::PidfdSendSignal(c.sandbox.init_pidfd.get(), SIGKILL);
     slot_used_[slot] = false;
     ready_.pop_front();
   }
@@ -427,7 +428,7 @@ void Pool::Step(int timeout_ms) {
     add(pending_[i]->sync.get(), POLLIN, kSync, i);
     if (pending_[i]->set_up) add(pending_[i]->runtime.get(), POLLIN, kRuntime, i);
   }
-  for (size_t i = 0; i < ready_.size(); ++i) add(ready_[i].first.init_pidfd.get(), POLLIN, kReadyDead, i);
+  for (size_t i = 0; i < ready_.size(); ++i) add(ready_[i].first.sandbox.init_pidfd.get(), POLLIN, kReadyDead, i);
   for (size_t i = 0; i < in_use_.size(); ++i) add(in_use_[i].init_pidfd.get(), POLLIN, kInUse, i);
 
   const int rc = ::poll(fds.data(), fds.size(), timeout_ms);
@@ -520,7 +521,7 @@ void Pool::Step(int timeout_ms) {
 void Pool::HandOut(const PooledChild& c, unsigned slot) {
   // Its uid is free again once its pid 1 is gone (and with it every process
   // of its pid namespace). Without a watch it is never reused.
-  UniqueFd watch(::fcntl(c.init_pidfd.get(), F_DUPFD_CLOEXEC, 3));
+  UniqueFd watch(::fcntl(c.sandbox.init_pidfd.get(), F_DUPFD_CLOEXEC, 3));
   if (watch) in_use_.push_back({std::move(watch), slot});
   ++stats_.handed_out;
 }
@@ -531,7 +532,7 @@ std::optional<PooledChild> Pool::TryTake() {
   while (!ready_.empty()) {
     auto [c, slot] = std::move(ready_.front());
     ready_.pop_front();
-    pollfd pfd{c.init_pidfd.get(), POLLIN, 0};
+    pollfd pfd{c.sandbox.init_pidfd.get(), POLLIN, 0};
     if (::poll(&pfd, 1, 0) != 0) {
       slot_used_[slot] = false;
       continue;
@@ -570,7 +571,7 @@ std::vector<int> Pool::WatchFds() const {
     fds.push_back(p->sync.get());
     if (p->set_up) fds.push_back(p->runtime.get());
   }
-  for (const auto& [c, slot] : ready_) fds.push_back(c.init_pidfd.get());
+  for (const auto& [c, slot] : ready_) fds.push_back(c.sandbox.init_pidfd.get());
   for (const auto& u : in_use_) fds.push_back(u.init_pidfd.get());
   return fds;
 }

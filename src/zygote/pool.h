@@ -31,6 +31,7 @@
 #include "base/unique_fd.h"
 #include "isolation/cgroup.h"
 #include "supervisor/host.h"
+#include "supervisor/sandbox.h"
 #include "zygote/sizing.h"
 #include "zygote/zygote.h"
 
@@ -48,15 +49,10 @@ struct PoolOptions {
 // A ready sandbox, handed to its user with everything needed to drive it as
 // the cold path does after the worker's 'W' (supervisor::RunOptions::adopt).
 struct PooledChild {
-  UniqueFd init_pidfd;  // the sandbox's pid 1 (not our child: poll, signal)
-  UniqueFd sync;        // setup channel (X, F records from here on)
-  UniqueFd runtime;     // the runtime channel; its hello is waiting
-  UniqueFd out, err;    // capture pipes (read ends, non-blocking)
-  UniqueFd workspace;   // O_PATH of its /workspace
-  std::unique_ptr<isolation::Cgroup> cgroup;
+  // Its pid 1 (not our child: poll, signal), setup and runtime channels,
+  // capture pipes, workspace fd, cgroup, pids and host uid.
+  supervisor::AdoptedSandbox sandbox;
   std::string cgroup_name;
-  pid_t init_pid = 0, worker_pid = 0;  // host pids
-  uid_t host_uid = 0;
   // Refill timings, ms from the fork request: pid 1 said 'A'; attached; 'W';
   // hello readable.
   double attach_request_ms = 0, attached_ms = 0, worker_ms = 0, ready_ms = 0;

@@ -147,17 +147,7 @@ Result<std::unique_ptr<Zygote>> Zygote::Start(const supervisor::HostContext& hos
   layout.extra_ro_paths = pol.extra_ro_mounts();
   layout.mask_proc = false;
   layout.zygote_lib_dir = lib_dir;
-  {
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(fs::path(host.cache_dir) / "matplotlib", ec)) {
-      const std::string name = e.path().filename().string();
-      if (name.rfind("fontlist-", 0) != 0 || e.path().extension() != ".json") continue;
-      UniqueFd fd(::open(e.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
-      if (!fd) continue;
-      layout.mpl_cache_files.push_back({fd.get(), name});
-      keep_fds.push_back(std::move(fd));
-    }
-  }
+  for (auto& fd : supervisor::OpenFontCache(host, &layout.mpl_cache_files)) keep_fds.push_back(std::move(fd));
   KILN_ASSIGN_OR_RETURN(isolation::MountPlan mounts, isolation::BuildMountPlan(layout));
 
   std::vector<std::string> argv_s = {pol.interpreter(), "-I", "-S", "-B",

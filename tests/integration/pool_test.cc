@@ -72,7 +72,7 @@ class PoolTest : public ::testing::Test {
   }
 
   supervisor::ExecutionResult Run(zygote::PooledChild child, const std::string& code) {
-    supervisor::AdoptedSandbox a = cli::ToAdopted(std::move(child));
+    supervisor::AdoptedSandbox a = std::move(child.sandbox);
     supervisor::RunOptions o;
     o.adopt = &a;
     auto r = supervisor::RunSandboxed(*host_, *policy_, {"<string>", code, {}}, o);
@@ -99,7 +99,7 @@ class PoolTest : public ::testing::Test {
     ::close(p[1]);
     // The child process owns the sandbox now: our copy of its cgroup object
     // must not remove (and empty) the cgroup when it goes.
-    (void)child.cgroup.release();
+    (void)child.sandbox.cgroup.release();
     return {pid, p[0]};
   }
   static std::string Finish(Background b) {
@@ -135,19 +135,19 @@ std::string NsOf(pid_t pid, const char* ns) {
 TEST_F(PoolTest, SiblingsHaveTheirOwnNamespacesUidsAndCgroups) {
   zygote::PooledChild a = Take();
   zygote::PooledChild b = Take();
-  ASSERT_GT(a.worker_pid, 0);
-  ASSERT_GT(b.worker_pid, 0);
+  ASSERT_GT(a.sandbox.worker_pid, 0);
+  ASSERT_GT(b.sandbox.worker_pid, 0);
   for (const char* ns : {"user", "mnt", "pid", "net", "ipc", "uts", "cgroup"}) {
-    EXPECT_NE(NsOf(a.worker_pid, ns), NsOf(b.worker_pid, ns)) << ns;
-    EXPECT_FALSE(NsOf(a.worker_pid, ns).empty()) << ns;
+    EXPECT_NE(NsOf(a.sandbox.worker_pid, ns), NsOf(b.sandbox.worker_pid, ns)) << ns;
+    EXPECT_FALSE(NsOf(a.sandbox.worker_pid, ns).empty()) << ns;
   }
-  EXPECT_NE(a.host_uid, b.host_uid);
+  EXPECT_NE(a.sandbox.host_uid, b.sandbox.host_uid);
   EXPECT_NE(a.cgroup_name, b.cgroup_name);
-  EXPECT_NE(ReadProc(a.worker_pid, "cgroup"), ReadProc(b.worker_pid, "cgroup"));
-  EXPECT_NE(ReadProc(a.worker_pid, "cgroup").find(a.cgroup_name), std::string::npos);
-  EXPECT_NE(ReadProc(b.worker_pid, "cgroup").find(b.cgroup_name), std::string::npos);
+  EXPECT_NE(ReadProc(a.sandbox.worker_pid, "cgroup"), ReadProc(b.sandbox.worker_pid, "cgroup"));
+  EXPECT_NE(ReadProc(a.sandbox.worker_pid, "cgroup").find(a.cgroup_name), std::string::npos);
+  EXPECT_NE(ReadProc(b.sandbox.worker_pid, "cgroup").find(b.cgroup_name), std::string::npos);
   // Every layer, seen from outside (the pool checked it too).
-  const std::string st = ReadProc(a.worker_pid, "status");
+  const std::string st = ReadProc(a.sandbox.worker_pid, "status");
   EXPECT_NE(st.find("Seccomp:\t2"), std::string::npos) << st;
   EXPECT_NE(st.find("NoNewPrivs:\t1"), std::string::npos) << st;
   EXPECT_NE(st.find("CapEff:\t0000000000000000"), std::string::npos) << st;
@@ -157,9 +157,9 @@ TEST_F(PoolTest, SiblingsHaveTheirOwnNamespacesUidsAndCgroups) {
 TEST_F(PoolTest, SiblingsCannotSeeOrSignalEachOther) {
   zygote::PooledChild a = Take();
   zygote::PooledChild b = Take();
-  const pid_t b_worker = b.worker_pid, b_init = b.init_pid;
-  const uid_t b_uid = b.host_uid;
-  int b_pidfd = ::fcntl(b.init_pidfd.get(), F_DUPFD_CLOEXEC, 3);
+  const pid_t b_worker = b.sandbox.worker_pid, b_init = b.sandbox.init_pid;
+  const uid_t b_uid = b.sandbox.host_uid;
+  int b_pidfd = ::fcntl(b.sandbox.init_pidfd.get(), F_DUPFD_CLOEXEC, 3);
   // A, with B alive and waiting: sees only its own processes, cannot signal
   // B's host pids (they do not exist in its pid namespace), cannot ptrace,
   // and kill(-1) reaches only its own namespace.
@@ -272,7 +272,7 @@ TEST_F(PoolTest, AdoptedSandboxGetsInputFilesAsItsOwn) {
   b->AddFileContent("data/in.txt", "hello");
   auto p = b->Build();
   ASSERT_TRUE(p.ok());
-  supervisor::AdoptedSandbox a = cli::ToAdopted(Take());
+  supervisor::AdoptedSandbox a = Take().sandbox;
   supervisor::RunOptions o;
   o.adopt = &a;
   auto r = supervisor::RunSandboxed(

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -21,6 +22,7 @@
 #include "config/config.h"
 #include "supervisor/sandbox.h"
 #include "testlib/kiln_runner.h"
+#include "testlib/kiln_server.h"
 #include "zygote/pool.h"
 
 namespace kiln::testing {
@@ -318,6 +320,86 @@ TEST_F(PoolTest, BrokenZygoteHandsOutNothing) {
   ASSERT_TRUE(WIFEXITED(status));
   // 1: no child failed; 2: the zygote was not restarted; 4, 8: a sandbox was handed out.
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// Through `kiln serve`: an eligible request runs in a pooled sandbox (its
+// result has no clone or uid-map phase: nothing was cloned for it), one with
+// other limits starts cold, and `[pool] enabled = false` turns the pool off.
+class PoolServer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "the pool needs root";
+    RequireSandbox();
+  }
+
+  // The phases of one print(1) (asserting it ran).
+  static nlohmann::json Phases(const KilnServer& server, const std::string& key,
+                               const nlohmann::json& body) {
+    const HttpResponse r = server.Execute(key, body, 60s);
+    EXPECT_EQ(r.status, 200) << r.Describe();
+    const auto j = nlohmann::json::parse(r.body, nullptr, false);
+    EXPECT_EQ(j.value("status", ""), "ok") << r.Describe();
+    EXPECT_EQ(j.value("stdout", ""), "1\n") << r.Describe();
+    return j.is_object() ? j.value("phases_ms", nlohmann::json::object()) : nlohmann::json();
+  }
+  static bool Pooled(const nlohmann::json& phases) {
+    return phases.value("clone", -1.0) == 0.0 && phases.value("maps", -1.0) == 0.0;
+  }
+
+  std::string Config(bool enabled) {
+    const std::string path = dir_.path() + (enabled ? "/on.toml" : "/off.toml");
+    WriteFile(path, std::string(R"TOML(
+[server]
+concurrency = 2
+[tenants.default]
+rate = 1000
+burst = 1000
+[pool]
+max = 2
+preload = ["numpy"]
+enabled = )TOML") + (enabled ? "true" : "false") + R"TOML(
+[profiles.default]
+interpreter = "/usr/bin/python3"
+[profiles.default.defaults]
+timeout = 30
+memory = "256m"
+)TOML");
+    return path;
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(PoolServer, EligibleRequestsArePooledOthersCold) {
+  KilnServer server;
+  std::string why;
+  ASSERT_TRUE(server.Start(dir_.path() + "/data", Config(true), "on", &why)) << why;
+  std::string key = server.Stdout();
+  while (!key.empty() && (key.back() == '\n' || key.back() == ' ')) key.pop_back();
+  const nlohmann::json print1 = {{"code", "print(1)"}};
+  bool pooled = false;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (!pooled && std::chrono::steady_clock::now() < deadline) {
+    pooled = Pooled(Phases(server, key, print1));
+    if (!pooled) std::this_thread::sleep_for(200ms);  // the zygote is starting
+  }
+  EXPECT_TRUE(pooled) << "no execution took a pooled sandbox within 60 s; server log:\n"
+                      << server.Stderr().substr(0, 4000);
+  // Other limits than the profile's defaults: cold.
+  EXPECT_FALSE(Pooled(Phases(server, key, {{"code", "print(1)"}, {"memory", "128m"}})));
+}
+
+TEST_F(PoolServer, TheSwitchTurnsItOff) {
+  KilnServer server;
+  std::string why;
+  ASSERT_TRUE(server.Start(dir_.path() + "/data", Config(false), "off", &why)) << why;
+  std::string key = server.Stdout();
+  while (!key.empty() && (key.back() == '\n' || key.back() == ' ')) key.pop_back();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(Pooled(Phases(server, key, {{"code", "print(1)"}})));
+    std::this_thread::sleep_for(300ms);
+  }
+  EXPECT_NE(server.Stderr().find("warm pool off"), std::string::npos) << server.Stderr();
 }
 
 }  // namespace

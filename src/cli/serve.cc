@@ -35,6 +35,8 @@ int Fail(const std::string& message, int code = 1) {
 
 // "sbx-<pid>-..." of a kiln process that no longer runs: the pid is gone, a
 // zombie (a killed supervisor not yet reaped), or now a different program.
+// (The warm pool's process, kiln-pool, names the cgroups it makes for its
+// sandboxes after itself.)
 bool IsStaleSandboxCgroup(const std::string& name) {
   if (name.rfind("sbx-", 0) != 0) return false;
   const pid_t pid = static_cast<pid_t>(std::atoi(name.c_str() + 4));
@@ -48,7 +50,8 @@ bool IsStaleSandboxCgroup(const std::string& name) {
   if (open == std::string::npos || close == std::string::npos || close + 2 >= line.size()) return true;
   const std::string comm = line.substr(open + 1, close - open - 1);
   const char state = line[close + 2];
-  return state == 'Z' || state == 'X' || (comm != "kiln" && comm != "kiln-supervise");
+  return state == 'Z' || state == 'X' ||
+         (comm != "kiln" && comm != "kiln-supervise" && comm != "kiln-pool");
 }
 
 int DoServe(const ServeFlags& f) {

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,6 +34,10 @@ using namespace std::chrono_literals;
 class PoolTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
+    // The pool names its sandboxes' cgroups after its owner's pid; a `kiln
+    // serve` starting meanwhile (another test) sweeps those of processes that
+    // are not kiln's (serve.cc, IsStaleSandboxCgroup). This process owns a pool.
+    ::prctl(PR_SET_NAME, "kiln-pool", 0, 0, 0);
     ::setenv("KILN_RUNTIME_DIR", (SourceDir() + "/runtime").c_str(), 0);
     auto h = supervisor::LoadHostContext();
     if (!h.ok()) {
@@ -94,7 +99,8 @@ class PoolTest : public ::testing::Test {
     if (pid == 0) {
       ::close(p[0]);
       supervisor::ExecutionResult r = Run(std::move(child), code);
-      const std::string s = std::string(supervisor::ToString(r.outcome)) + "\n" + r.stdout_data;
+      std::string s = std::string(supervisor::ToString(r.outcome)) + "\n" + r.stdout_data;
+      if (r.outcome != supervisor::Outcome::kOk) s += "reason: " + r.reason + "\n" + r.stderr_data;
       (void)!::write(p[1], s.data(), s.size());
       ::_exit(0);
     }
@@ -218,7 +224,7 @@ try:
     s.connect("\0kiln-pool-test"); print("connected")
 except OSError as e: print("connect", e.errno)
 )PY");
-  EXPECT_EQ(rb.outcome, supervisor::Outcome::kOk) << rb.stderr_data;
+  EXPECT_EQ(rb.outcome, supervisor::Outcome::kOk) << rb.reason << "\n" << rb.stderr_data;
   EXPECT_EQ(rb.stdout_data, "['matplotlib'] [] []\nconnect 111\n") << rb.stderr_data;
   EXPECT_EQ(Finish(ba), "ok\na done ['from-a', 'matplotlib']\n");
 }

@@ -22,6 +22,7 @@ void RegisterServe(CLI::App& app, Action* action);
 void RegisterDoctor(CLI::App& app, Action* action);
 void RegisterKeys(CLI::App& app, Action* action);
 void RegisterAudit(CLI::App& app, Action* action);
+void RegisterMcp(CLI::App& app, Action* action);
 
 // kiln doctor's report: {"layers": [...], "ready": bool, "verdict": str}. It
 // forks probes (and, with `smoke_test`, a sandbox): single-threaded callers only.

@@ -1,5 +1,6 @@
 #include "mcp/engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 #include <utility>
@@ -291,6 +292,7 @@ Engine::Disposition Engine::CallTool(const json& id, const json& params, const E
       return Disposition::kReplied;
     }
     calls_[call->key] = call;
+    queue_.push_back(call.get());
     // The thread starts under the lock: Shutdown() sees it in calls_ and joins it.
     request.progress_token = std::move(token);
     call->thread = std::thread(&Engine::Work, this, call, std::move(request), emit);
@@ -299,18 +301,23 @@ Engine::Disposition Engine::CallTool(const json& id, const json& params, const E
 }
 
 void Engine::Work(std::shared_ptr<Call> call, ToolRequest request, Emit emit) {
+  // The turn is held until the response is out, so responses come in the
+  // order the calls ran.
+  const bool turn = AcquireTurn(*call);
   json result;
-  const std::string& tool = request.tool;
-  if (tool == "run_python") {
-    result = RunPython(*call, request.run, request.progress_token, emit);
-  } else if (tool == "upload_file") {
-    result = UploadFile(*call, request.upload);
-  } else if (tool == "download_file") {
-    result = DownloadFile(*call, request.path);
-  } else if (tool == "list_files") {
-    result = ListFiles(*call);
-  } else {
-    result = Reset(*call);
+  if (turn) {
+    const std::string& tool = request.tool;
+    if (tool == "run_python") {
+      result = RunPython(*call, request.run, request.progress_token, emit);
+    } else if (tool == "upload_file") {
+      result = UploadFile(request.upload);
+    } else if (tool == "download_file") {
+      result = DownloadFile(request.path);
+    } else if (tool == "list_files") {
+      result = ListFiles();
+    } else {
+      result = Reset();
+    }
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -319,17 +326,25 @@ void Engine::Work(std::shared_ptr<Call> call, ToolRequest request, Emit emit) {
     last_active_ = Clock::now();
   }
   cv_.notify_all();
-  if (call->cancelled) {
+  if (call->cancelled || !turn) {
     emit(nullptr, true);
   } else {
     emit(jsonrpc::Response(call->id, std::move(result)), true);
   }
+  if (turn) ReleaseTurn();
 }
 
 bool Engine::AcquireTurn(Call& call) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return !turn_taken_ || call.cancelled || shut_down_; });
-  if (call.cancelled || shut_down_) return false;
+  cv_.wait(lock, [&] {
+    return call.cancelled || shut_down_ || (!turn_taken_ && !queue_.empty() && queue_.front() == &call);
+  });
+  if (call.cancelled || shut_down_) {
+    queue_.erase(std::remove(queue_.begin(), queue_.end(), &call), queue_.end());
+    cv_.notify_all();  // the next in line may be up
+    return false;
+  }
+  queue_.pop_front();
   turn_taken_ = true;
   return true;
 }
@@ -358,7 +373,8 @@ Result<std::string> Engine::EnsureSession() {
 void Engine::ForgetSession(const std::string& session, bool kill) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (session_ == session) session_.clear();
+    if (session_ != session) return;  // forgotten (and deleted) already
+    session_.clear();
   }
   if (kill) {
     if (Status s = backend_->DeleteSession(session); !s.ok() && s.error().code != Code::kNotFound) {
@@ -369,11 +385,6 @@ void Engine::ForgetSession(const std::string& session, bool kill) {
 
 json Engine::RunPython(Call& call, const RunArgs& args, const json& progress_token, const Emit& emit) {
   const RunArgs* parsed = &args;
-  if (!AcquireTurn(call)) return nullptr;
-  struct Release {
-    Engine* e;
-    ~Release() { e->ReleaseTurn(); }
-  } release{this};
   std::string note;
   for (int attempt = 0;; ++attempt) {
     auto session = EnsureSession();
@@ -464,7 +475,7 @@ json Engine::RunPython(Call& call, const RunArgs& args, const json& progress_tok
     if (call.cancelled) {
       if (state.killed || (!result.ok() && result.error().code == Code::kNotFound) ||
           (result.ok() && result->value("session_state", "kept") == "lost")) {
-        ForgetSession(*session, /*kill=*/true);
+        ForgetSession(*session, /*kill=*/!state.killed);
       }
       return nullptr;
     }
@@ -488,13 +499,8 @@ json Engine::RunPython(Call& call, const RunArgs& args, const json& progress_tok
   }
 }
 
-json Engine::UploadFile(Call& call, const UploadArgs& args) {
+json Engine::UploadFile(const UploadArgs& args) {
   const UploadArgs* parsed = &args;
-  if (!AcquireTurn(call)) return nullptr;
-  struct Release {
-    Engine* e;
-    ~Release() { e->ReleaseTurn(); }
-  } release{this};
   std::string note;
   for (int attempt = 0;; ++attempt) {
     auto session = EnsureSession();
@@ -518,13 +524,8 @@ json Engine::UploadFile(Call& call, const UploadArgs& args) {
   }
 }
 
-json Engine::DownloadFile(Call& call, const std::string& file) {
+json Engine::DownloadFile(const std::string& file) {
   const std::string* path = &file;
-  if (!AcquireTurn(call)) return nullptr;
-  struct Release {
-    Engine* e;
-    ~Release() { e->ReleaseTurn(); }
-  } release{this};
   std::string session;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -548,12 +549,7 @@ json Engine::DownloadFile(Call& call, const std::string& file) {
   return ToolError("kiln could not read the file: " + e.message);
 }
 
-json Engine::ListFiles(Call& call) {
-  if (!AcquireTurn(call)) return nullptr;
-  struct Release {
-    Engine* e;
-    ~Release() { e->ReleaseTurn(); }
-  } release{this};
+json Engine::ListFiles() {
   std::string session;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -570,12 +566,7 @@ json Engine::ListFiles(Call& call) {
   return ToolError("kiln could not list the files: " + listing.error().message);
 }
 
-json Engine::Reset(Call& call) {
-  if (!AcquireTurn(call)) return nullptr;
-  struct Release {
-    Engine* e;
-    ~Release() { e->ReleaseTurn(); }
-  } release{this};
+json Engine::Reset() {
   std::string old;
   {
     std::lock_guard<std::mutex> lock(mu_);

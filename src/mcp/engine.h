@@ -13,8 +13,8 @@
 // everything but tools/call at once. A tools/call runs on a worker thread of
 // its own, so the reader keeps receiving pings and cancellations while a cell
 // runs; its messages go to the `emit` it came with, from that thread. Tool
-// calls of one session take turns on its kiln session (one at a time, in
-// arrival order by the lock's fairness, each cancellable while it waits).
+// calls of one session take turns on its kiln session: one at a time, in the
+// order they arrived, each cancellable while it waits.
 //
 // The MCP session owns one kiln session (docs/adr/0009): created by the first
 // tool call that needs it, replaced when it is lost (the next run_python says
@@ -25,6 +25,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -106,20 +107,21 @@ class Engine final {
   Disposition CallTool(const nlohmann::json& id, const nlohmann::json& params, const Emit& emit);
   void Work(std::shared_ptr<Call> call, ToolRequest request, Emit emit);
 
-  // Tool bodies, on the worker thread; each takes the kiln session's turn.
+  // Tool bodies, on the worker thread, holding the kiln session's turn.
   // null: the call was cancelled (no response).
   nlohmann::json RunPython(Call& call, const RunArgs& args, const nlohmann::json& progress_token,
                            const Emit& emit);
-  nlohmann::json UploadFile(Call& call, const UploadArgs& args);
-  nlohmann::json DownloadFile(Call& call, const std::string& path);
-  nlohmann::json ListFiles(Call& call);
-  nlohmann::json Reset(Call& call);
+  nlohmann::json UploadFile(const UploadArgs& args);
+  nlohmann::json DownloadFile(const std::string& path);
+  nlohmann::json ListFiles();
+  nlohmann::json Reset();
 
   bool AcquireTurn(Call& call);
   void ReleaseTurn();
   // The kiln session, created if there is none. Holds the turn.
   Result<std::string> EnsureSession();
-  // Drops `session` (lost, or deleted); best-effort DeleteSession when `kill`.
+  // Drops `session` if it is still the current one (lost, or to be deleted),
+  // and then deletes it when `kill` (best effort).
   void ForgetSession(const std::string& session, bool kill);
   bool structured() const;
   void JoinFinished();
@@ -136,6 +138,7 @@ class Engine final {
   std::string version_;
   std::string session_;          // the kiln session; empty: none yet (or lost)
   bool turn_taken_ = false;      // a tool call is using the kiln session
+  std::deque<const Call*> queue_;  // tool calls waiting for their turn, in arrival order
   std::map<std::string, std::shared_ptr<Call>> calls_;  // in flight, by the id's JSON text
   std::vector<std::shared_ptr<Call>> finished_;         // threads to join
   std::chrono::steady_clock::time_point last_active_;

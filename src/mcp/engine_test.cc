@@ -539,6 +539,31 @@ TEST(McpEngine, CancellingAWaitingCallNeverRunsIt) {
   for (const auto& [s, code] : c.state->executed) EXPECT_NE(code, "queued");
 }
 
+TEST(McpEngine, ToolCallsTakeTurnsInArrivalOrder) {
+  Client c;
+  c.Initialize();
+  c.Send({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/call"},
+          {"params", {{"name", "run_python"}, {"arguments", {{"code", "block"}}}}}});
+  ASSERT_TRUE(c.WaitRunning());
+  for (int id = 2; id <= 9; ++id) {
+    const json call = id % 3 == 0 ? json{{"name", "list_files"}, {"arguments", json::object()}}
+                                  : json{{"name", "run_python"}, {"arguments", {{"code", std::to_string(id)}}}};
+    c.Send({{"jsonrpc", "2.0"}, {"id", id}, {"method", "tools/call"}, {"params", call}});
+    std::this_thread::sleep_for(5ms);  // the workers are waiting in line
+  }
+  {
+    std::lock_guard<std::mutex> lock(c.state->m);
+    c.state->interrupt_flag = true;
+    c.state->cv.notify_all();
+  }
+  ASSERT_TRUE(c.WaitFinals(10));
+  std::vector<int> order;
+  for (const auto& m : c.All()) {
+    if (m.contains("id") && m["id"].is_number() && m["id"] != 0) order.push_back(m["id"]);
+  }
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9}));
+}
+
 TEST(McpEngine, DuplicateIdInFlightIsRefused) {
   Client c;
   c.Initialize();

@@ -423,6 +423,16 @@ Result<json> HttpBackend::Execute(const std::string& session, const std::string&
   if (!done || !done->is_object()) {
     return MakeError(Code::kUnavailable, "kiln serve ended the execute stream without a result");
   }
+  // A failure after the stream began: "done" carries the error body.
+  if (!done->contains("status") && done->contains("error") && (*done)["error"].is_object()) {
+    const std::string kind = (*done)["error"].value("code", "");
+    const int status = kind == "session_gone"                            ? 410
+                       : kind == "not_found"                             ? 404
+                       : kind == "session_busy" || kind == "conflict"    ? 409
+                       : kind == "invalid_value" || kind == "invalid_field" ? 400
+                                                                          : 503;
+    return ErrorFromReply(status, done->dump());
+  }
   return std::move(*done);
 }
 

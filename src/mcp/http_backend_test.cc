@@ -230,6 +230,10 @@ class FakeKilnServer {
         cv_.wait_for(lock, 10s, [&] { return interrupted_; });
       }
       if (req["code"] == "cut") return;  // the stream ends without `done`
+      if (req["code"] == "die") {  // the session ended under the cell: `done` is the error body
+        Send(c, "event: done\ndata: {\"error\":{\"code\":\"session_gone\",\"message\":\"killed\"}}\n\n");
+        return;
+      }
       Send(c, "event: do");  // split mid-field
       std::this_thread::sleep_for(20ms);
       const json done = {{"status", interrupted_ ? "error" : "ok"}, {"stdout", "one\n"}, {"session_state", "kept"},
@@ -348,6 +352,10 @@ TEST(McpHttpBackend, ErrorsOfTheServer) {
   auto busy = b->Execute("abc", "busy", std::nullopt, nullptr);
   ASSERT_FALSE(busy.ok());
   EXPECT_EQ(busy.error().code, Code::kAborted);
+  auto died = b->Execute("abc", "die", std::nullopt, nullptr);
+  ASSERT_FALSE(died.ok());
+  EXPECT_EQ(died.error().code, Code::kNotFound);
+  EXPECT_NE(died.error().message.find("killed"), std::string::npos);
   auto cut = b->Execute("abc", "cut", std::nullopt, nullptr);
   ASSERT_FALSE(cut.ok());
   EXPECT_EQ(cut.error().code, Code::kUnavailable);

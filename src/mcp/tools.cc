@@ -202,8 +202,9 @@ std::string TracebackText(const json& error) {
   return out;
 }
 
-// Appends `text` as a section of the transcript; `label` starts it unless the
-// previous section had the same label (stdout needs none at the start).
+// Appends `text` as a section of the transcript; a header ("[stderr]",
+// "Out[3]:") starts it unless the previous section had the same label
+// (stdout needs none at the start).
 struct Transcript {
   std::string text;
   std::string last_label;
@@ -211,7 +212,7 @@ struct Transcript {
     if (body.empty()) return;
     if (label != last_label && !(text.empty() && label == "stdout")) {
       if (!text.empty() && text.back() != '\n') text += "\n";
-      text += "[" + label + "]\n";
+      text += label.rfind("Out", 0) == 0 ? label + ":\n" : "[" + label + "]\n";
     }
     text += body;
     last_label = label;
@@ -243,6 +244,7 @@ std::string StatusLine(const std::string& status, const json& result) {
     return m;
   }
   if (status == "cancelled") return "The cell was cancelled";
+  if (status == "interrupted") return with_reason("The cell was interrupted (KeyboardInterrupt)");
   return with_reason("Status: " + status);
 }
 
@@ -271,8 +273,8 @@ json RunOutputSchema() {
        {{"status",
          {{"type", "string"},
           {"description",
-           "ok, or why not: error (an exception or a non-zero exit), timeout, cpu_limit, memory_limit, "
-           "output_limit, signaled, policy_violation, setup_error, protocol_error"}}},
+           "ok, or why not: error (an exception or a non-zero exit), interrupted, timeout, cpu_limit, "
+           "memory_limit, output_limit, signaled, policy_violation, setup_error, protocol_error, cancelled"}}},
         {"stdout", {{"type", "string"}}},
         {"stderr", {{"type", "string"}}},
         {"outputs",

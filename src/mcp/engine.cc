@@ -386,6 +386,14 @@ void Engine::ForgetSession(const std::string& session, bool kill) {
 json Engine::RunPython(Call& call, const RunArgs& args, const json& progress_token, const Emit& emit) {
   const RunArgs* parsed = &args;
   std::string note;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!lost_note_.empty()) {
+      note = "Note: the previous interpreter was lost (" + lost_note_ +
+             "), so this code runs in a fresh one: earlier variables, imports and /workspace files are gone.";
+      lost_note_.clear();
+    }
+  }
   for (int attempt = 0;; ++attempt) {
     auto session = EnsureSession();
     if (!session.ok()) {
@@ -476,6 +484,10 @@ json Engine::RunPython(Call& call, const RunArgs& args, const json& progress_tok
       if (state.killed || (!result.ok() && result.error().code == Code::kNotFound) ||
           (result.ok() && result->value("session_state", "kept") == "lost")) {
         ForgetSession(*session, /*kill=*/!state.killed);
+        // Nobody saw a result that says so: the next cell does.
+        std::lock_guard<std::mutex> lock(mu_);
+        lost_note_ = state.killed ? "the cancelled cell ignored two interrupts, so its interpreter was killed"
+                                  : "it ended while a cancelled cell ran";
       }
       return nullptr;
     }
@@ -573,6 +585,10 @@ json Engine::Reset() {
     old = session_;
   }
   if (!old.empty()) ForgetSession(old, /*kill=*/true);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    lost_note_.clear();  // a fresh interpreter is what was asked for
+  }
   // A fresh interpreter now, so the next cell does not wait for one.
   auto created = EnsureSession();
   if (!created.ok()) {

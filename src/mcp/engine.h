@@ -137,6 +137,7 @@ class Engine final {
   bool shut_down_ = false;
   std::string version_;
   std::string session_;          // the kiln session; empty: none yet (or lost)
+  std::string lost_note_;        // why it was lost, when no result has said so yet
   bool turn_taken_ = false;      // a tool call is using the kiln session
   std::deque<const Call*> queue_;  // tool calls waiting for their turn, in arrival order
   std::map<std::string, std::shared_ptr<Call>> calls_;  // in flight, by the id's JSON text

@@ -518,10 +518,14 @@ TEST(McpEngine, ACellThatIgnoresInterruptsHasItsInterpreterKilled) {
   EXPECT_EQ(c.state->interrupted.size(), 2u);
   EXPECT_EQ(c.state->deleted.front(), session);
   EXPECT_TRUE(c.engine->kiln_session().empty());
-  // Next call: a fresh interpreter (no "lost" note needed: the cancel did it).
+  // Next call: a fresh interpreter, and its text says the state was lost.
   const json r = c.Tool(2, "run_python", {{"code", "fresh"}});
-  EXPECT_EQ(Text(r), "fresh");
+  EXPECT_NE(Text(r).find("previous interpreter was lost (the cancelled cell ignored two interrupts"), std::string::npos)
+      << Text(r);
+  EXPECT_NE(Text(r).find("fresh"), std::string::npos);
   EXPECT_EQ(c.state->created.size(), 2u);
+  // Only once.
+  EXPECT_EQ(Text(c.Tool(3, "run_python", {{"code", "again"}})), "again");
 }
 
 TEST(McpEngine, CancellingAWaitingCallNeverRunsIt) {

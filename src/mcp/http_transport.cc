@@ -210,18 +210,21 @@ std::optional<HttpReply> HttpService::Post(const HttpRequest& request, SseWriter
     return Refuse(406, jsonrpc::kServerError,
                   "Not Acceptable: the client must accept application/json and text/event-stream");
   }
-  if (request.protocol_version && !IsSupportedProtocolVersion(*request.protocol_version)) {
-    return Refuse(400, jsonrpc::kServerError,
-                  "Bad Request: unsupported MCP-Protocol-Version " + request.protocol_version->substr(0, 100) +
-                      " (supported: 2025-11-25, 2025-06-18, 2025-03-26, 2024-11-05)");
-  }
   const auto parsed = jsonrpc::Parse(request.body);
   if (!parsed) return Refuse(400, jsonrpc::kParseError, "Parse error: the body is not valid JSON");
   const jsonrpc::Message m = jsonrpc::Classify(*parsed);
   if (m.kind == jsonrpc::Kind::kInvalid) return Refuse(400, m.error_code, m.error, m.id);
   if (m.kind == jsonrpc::Kind::kNotification && m.error_code != 0) return Refuse(400, m.error_code, m.error);
+  // The header follows the negotiation; initialize negotiates in its body.
+  const bool initialize = m.kind == jsonrpc::Kind::kRequest && m.method == "initialize";
+  if (!initialize && request.protocol_version && !IsSupportedProtocolVersion(*request.protocol_version)) {
+    return Refuse(400, jsonrpc::kServerError,
+                  "Bad Request: unsupported MCP-Protocol-Version " + request.protocol_version->substr(0, 100) +
+                      " (supported: 2025-11-25, 2025-06-18, 2025-03-26, 2024-11-05)",
+                  m.id);
+  }
 
-  if (m.kind == jsonrpc::Kind::kRequest && m.method == "initialize") {
+  if (initialize) {
     if (request.session_id) {
       return Refuse(400, jsonrpc::kInvalidRequest,
                     "Invalid Request: initialize starts a new session: send it without Mcp-Session-Id", m.id);

@@ -204,6 +204,12 @@ TEST_F(McpHttp, HeadersAndMethods) {
   EXPECT_EQ(service->Handle(r, &sse)->status, 400);
   r.protocol_version = "2025-06-18";
   EXPECT_EQ(service->Handle(r, &sse)->status, 200);
+  // initialize negotiates in its body: a newer client's header does not stop it.
+  HttpRequest init = Post({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "initialize"}, {"params", {{"protocolVersion", "2099-01-01"}}}});
+  init.protocol_version = "2099-01-01";
+  const auto negotiated = service->Handle(init, &sse);
+  EXPECT_EQ(negotiated->status, 200);
+  EXPECT_EQ(Body(*negotiated)["result"]["protocolVersion"], "2025-11-25");
   HttpRequest get;
   get.method = "GET";
   get.session_id = id;

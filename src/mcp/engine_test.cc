@@ -297,7 +297,8 @@ TEST(McpEngine, OlderClientsGetNoStructuredContent) {
   EXPECT_EQ(Text(r), "hello");
   Client old;
   old.Initialize("2024-11-05");
-  for (const auto& t : old.Call({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/list"}})["result"]["tools"]) {
+  const json old_tools = old.Call({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/list"}})["result"]["tools"];
+  for (const auto& t : old_tools) {
     EXPECT_FALSE(t.contains("annotations"));
   }
 }

@@ -84,10 +84,12 @@ int DoRemote(const McpFlags& f) {
     if (const char* v = std::getenv(f.api_key_env.c_str())) key = v;
   }
   if (key.empty()) {
-    return Fail("no API key: pass --api-key KEY or set $" + (f.api_key_env.empty() ? "KILN_API_KEY" : f.api_key_env),
+    return Fail("no API key: pass --api-key KEY or set $" +
+                    (f.api_key_env.empty() ? "KILN_API_KEY" : f.api_key_env),
                 kExitUsage);
   }
-  if (!f.config.empty()) return Fail("--config applies without --url only (the server has its own)", kExitUsage);
+  if (!f.config.empty())
+    return Fail("--config applies without --url only (the server has its own)", kExitUsage);
   mcp::HttpBackendOptions options;
   options.url = f.url;
   options.api_key = key;
@@ -132,13 +134,15 @@ int DoLocal(const McpFlags& f) {
 
   int code = 0;
   {
-    sessions::SessionManager manager(sessions::Deps{&cfg, spawner->get(), nullptr, nullptr, nullptr});
+    sessions::SessionManager manager(
+        sessions::Deps{&cfg, spawner->get(), nullptr, nullptr, nullptr});
     manager.Start();
     sessions::SessionOptions options;
     options.profile = profile_name;
     mcp::EngineOptions engine_options;
     engine_options.limits_text = limits;
-    mcp::Engine engine(std::make_unique<mcp::LocalBackend>(&manager, sessions::Caller{"local", "", "stdio"}, options),
+    mcp::Engine engine(std::make_unique<mcp::LocalBackend>(
+                           &manager, sessions::Caller{"local", "", "stdio"}, options),
                        engine_options);
     KILN_LOG_INFO("mcp: serving on stdio, sandboxes run here (profile {})", profile_name);
     code = Serve(engine, in, out, stop);  // ends the engine: its kiln session is deleted
@@ -150,7 +154,8 @@ int DoLocal(const McpFlags& f) {
 
 int DoMcp(const McpFlags& f) {
   if (!f.url.empty()) return DoRemote(f);
-  if (!f.api_key.empty()) return Fail("--api-key needs --url (locally there is no key)", kExitUsage);
+  if (!f.api_key.empty())
+    return Fail("--api-key needs --url (locally there is no key)", kExitUsage);
   return DoLocal(f);
 }
 
@@ -158,12 +163,17 @@ int DoMcp(const McpFlags& f) {
 
 void RegisterMcp(CLI::App& app, Action* action) {
   auto flags = std::make_shared<McpFlags>();
-  CLI::App* cmd = app.add_subcommand("mcp", "Serve MCP (Model Context Protocol) on stdio, for agents");
-  cmd->add_option("--url", flags->url, "A running kiln serve to use, http://HOST:PORT (default: run sandboxes here)");
+  CLI::App* cmd =
+      app.add_subcommand("mcp", "Serve MCP (Model Context Protocol) on stdio, for agents");
+  cmd->add_option("--url", flags->url,
+                  "A running kiln serve to use, http://HOST:PORT (default: run sandboxes here)");
   cmd->add_option("--config", flags->config, "kiln.toml, without --url (default: built-in)");
-  cmd->add_option("--api-key", flags->api_key, "Its API key (visible to other local users in ps: prefer --api-key-env)");
-  cmd->add_option("--api-key-env", flags->api_key_env, "The environment variable holding the key (default KILN_API_KEY)");
-  cmd->add_option("--profile", flags->profile, "Profile of the sessions (default: the config's default_profile)");
+  cmd->add_option("--api-key", flags->api_key,
+                  "Its API key (visible to other local users in ps: prefer --api-key-env)");
+  cmd->add_option("--api-key-env", flags->api_key_env,
+                  "The environment variable holding the key (default KILN_API_KEY)");
+  cmd->add_option("--profile", flags->profile,
+                  "Profile of the sessions (default: the config's default_profile)");
   cmd->callback([flags, action] { *action = [flags] { return DoMcp(*flags); }; });
 }
 

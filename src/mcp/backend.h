@@ -13,10 +13,9 @@
 #pragma once
 
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "base/result.h"
 
@@ -32,12 +31,13 @@ class Backend {
   // "session_state": "kept" | "lost"). `on_event` (may be empty) gets the
   // streaming events {"event": "stdout"|"stderr"|"display"|"result"|"error",
   // "data": {...}} while the cell runs, on the calling thread.
-  virtual Result<nlohmann::json> Execute(const std::string& session, const std::string& code,
-                                         std::optional<double> timeout_s,
-                                         const std::function<void(const nlohmann::json&)>& on_event) = 0;
+  virtual Result<nlohmann::json> Execute(
+      const std::string& session, const std::string& code, std::optional<double> timeout_s,
+      const std::function<void(const nlohmann::json&)>& on_event) = 0;
   // Interrupts the running cell (KeyboardInterrupt), from another thread.
   virtual Status Interrupt(const std::string& session) = 0;
-  virtual Status PutFile(const std::string& session, const std::string& path, const std::string& bytes) = 0;
+  virtual Status PutFile(const std::string& session, const std::string& path,
+                         const std::string& bytes) = 0;
   virtual Result<std::string> GetFile(const std::string& session, const std::string& path) = 0;
   // {"files": [{"path", "size", "directory"}]}
   virtual Result<nlohmann::json> ListFiles(const std::string& session) = 0;

@@ -16,8 +16,10 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kInstructions =
-    "kiln runs Python in a hardened sandbox with no network. run_python keeps its state between calls "
-    "(variables, imports, files in /workspace), like a notebook; its result has stdout, stderr, the last "
+    "kiln runs Python in a hardened sandbox with no network. run_python keeps its state between "
+    "calls "
+    "(variables, imports, files in /workspace), like a notebook; its result has stdout, stderr, "
+    "the last "
     "expression's value, a traceback on error, and matplotlib figures as PNG images. upload_file, "
     "download_file and list_files work on /workspace; reset starts a fresh interpreter.";
 
@@ -61,7 +63,7 @@ struct Engine::RunState {
   bool stop = false;
   std::string last_output;  // for the progress message
   bool news = false;
-  bool killed = false;      // the interpreter was deleted to stop the cell
+  bool killed = false;  // the interpreter was deleted to stop the cell
 };
 
 Engine::Engine(std::unique_ptr<Backend> backend, EngineOptions options)
@@ -116,7 +118,8 @@ void Engine::JoinFinished() {
 Engine::Disposition Engine::HandleText(std::string_view text, const Emit& emit) {
   auto parsed = jsonrpc::Parse(text);
   if (!parsed) {
-    emit(jsonrpc::ErrorResponse(nullptr, jsonrpc::kParseError, "Parse error: the message is not valid JSON"),
+    emit(jsonrpc::ErrorResponse(nullptr, jsonrpc::kParseError,
+                                "Parse error: the message is not valid JSON"),
          true);
     return Disposition::kReplied;
   }
@@ -162,8 +165,8 @@ void Engine::HandleNotification(const std::string& method, const json& params) {
   // Other notifications (roots/list_changed, progress, ...) need nothing from kiln.
 }
 
-Engine::Disposition Engine::HandleRequest(const std::string& method, const json& id, const json& params,
-                                          const Emit& emit) {
+Engine::Disposition Engine::HandleRequest(const std::string& method, const json& id,
+                                          const json& params, const Emit& emit) {
   auto reply = [&](json result) {
     emit(jsonrpc::Response(id, std::move(result)), true);
     return Disposition::kReplied;
@@ -181,7 +184,8 @@ Engine::Disposition Engine::HandleRequest(const std::string& method, const json&
   if (shut_down) return fail(jsonrpc::kServerError, "the MCP session is closed");
   if (method == "ping") return reply(json::object());
   if (method == "initialize") {
-    if (initialized) return fail(jsonrpc::kInvalidRequest, "Invalid Request: the session is already initialized");
+    if (initialized)
+      return fail(jsonrpc::kInvalidRequest, "Invalid Request: the session is already initialized");
     std::string error;
     json result = Initialize(params, &error);
     if (!error.empty()) return fail(jsonrpc::kInvalidParams, error);
@@ -190,7 +194,8 @@ Engine::Disposition Engine::HandleRequest(const std::string& method, const json&
   if (!initialized) {
     // Clients that probe first (server/discover, ...) fall back to initialize.
     return fail(jsonrpc::kMethodNotFound,
-                "Method not found: " + method.substr(0, 200) + " (the session is not initialized: send initialize first)");
+                "Method not found: " + method.substr(0, 200) +
+                    " (the session is not initialized: send initialize first)");
   }
   if (method == "tools/list") {
     return reply({{"tools", ToolDefinitions(protocol_version(), limits_text_)}});
@@ -214,7 +219,8 @@ json Engine::Initialize(const json& params, std::string* error) {
     initialized_ = true;
     version_ = version;
   }
-  KILN_LOG_INFO("mcp: initialized, protocol {} (client asked for {})", version, v->get<std::string>());
+  KILN_LOG_INFO("mcp: initialized, protocol {} (client asked for {})", version,
+                v->get<std::string>());
   return {{"protocolVersion", version},
           {"capabilities", {{"tools", {{"listChanged", false}}}}},
           {"serverInfo", std::move(info)},
@@ -224,19 +230,23 @@ json Engine::Initialize(const json& params, std::string* error) {
 Engine::Disposition Engine::CallTool(const json& id, const json& params, const Emit& emit) {
   const auto name = params.find("name");
   if (name == params.end() || !name->is_string()) {
-    emit(jsonrpc::ErrorResponse(id, jsonrpc::kInvalidParams, "Invalid params: tools/call needs a tool \"name\""),
+    emit(jsonrpc::ErrorResponse(id, jsonrpc::kInvalidParams,
+                                "Invalid params: tools/call needs a tool \"name\""),
          true);
     return Disposition::kReplied;
   }
   const std::string tool = name->get<std::string>();
   if (!IsTool(tool)) {
-    emit(jsonrpc::ErrorResponse(id, jsonrpc::kInvalidParams, "Unknown tool: " + tool.substr(0, 200)), true);
+    emit(
+        jsonrpc::ErrorResponse(id, jsonrpc::kInvalidParams, "Unknown tool: " + tool.substr(0, 200)),
+        true);
     return Disposition::kReplied;
   }
   json args = json::object();
   if (const auto a = params.find("arguments"); a != params.end() && !a->is_null()) {
     if (!a->is_object()) {
-      emit(jsonrpc::ErrorResponse(id, jsonrpc::kInvalidParams, "Invalid params: \"arguments\" must be an object"),
+      emit(jsonrpc::ErrorResponse(id, jsonrpc::kInvalidParams,
+                                  "Invalid params: \"arguments\" must be an object"),
            true);
       return Disposition::kReplied;
     }
@@ -249,18 +259,29 @@ Engine::Disposition Engine::CallTool(const json& id, const json& params, const E
   Status valid = OkStatus();
   if (tool == "run_python") {
     auto r = ParseRunArgs(args);
-    if (r.ok()) request.run = std::move(*r); else valid = std::move(r).error();
+    if (r.ok())
+      request.run = std::move(*r);
+    else
+      valid = std::move(r).error();
   } else if (tool == "upload_file") {
     auto u = ParseUploadArgs(args);
-    if (u.ok()) request.upload = std::move(*u); else valid = std::move(u).error();
+    if (u.ok())
+      request.upload = std::move(*u);
+    else
+      valid = std::move(u).error();
   } else if (tool == "download_file") {
     auto p = ParsePathArgs(args);
-    if (p.ok()) request.path = std::move(*p); else valid = std::move(p).error();
+    if (p.ok())
+      request.path = std::move(*p);
+    else
+      valid = std::move(p).error();
   } else {
     valid = ParseNoArgs(tool, args);
   }
   if (!valid.ok()) {
-    emit(jsonrpc::Response(id, ToolError("Invalid arguments for " + tool + ": " + valid.error().message)), true);
+    emit(jsonrpc::Response(
+             id, ToolError("Invalid arguments for " + tool + ": " + valid.error().message)),
+         true);
     return Disposition::kReplied;
   }
   json token;
@@ -281,13 +302,15 @@ Engine::Disposition Engine::CallTool(const json& id, const json& params, const E
     }
     if (calls_.count(call->key) != 0) {
       emit(jsonrpc::ErrorResponse(id, jsonrpc::kInvalidRequest,
-                                  "Invalid Request: id " + call->key.substr(0, 200) + " is in use by a request in flight"),
+                                  "Invalid Request: id " + call->key.substr(0, 200) +
+                                      " is in use by a request in flight"),
            true);
       return Disposition::kReplied;
     }
     if (calls_.size() >= options_.max_in_flight) {
-      emit(jsonrpc::Response(id, ToolError("Too many tool calls in flight in this session (at most " +
-                                           std::to_string(options_.max_in_flight) + "); wait for one to finish")),
+      emit(jsonrpc::Response(
+               id, ToolError("Too many tool calls in flight in this session (at most " +
+                             std::to_string(options_.max_in_flight) + "); wait for one to finish")),
            true);
       return Disposition::kReplied;
     }
@@ -337,7 +360,8 @@ void Engine::Work(std::shared_ptr<Call> call, ToolRequest request, Emit emit) {
 bool Engine::AcquireTurn(Call& call) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] {
-    return call.cancelled || shut_down_ || (!turn_taken_ && !queue_.empty() && queue_.front() == &call);
+    return call.cancelled || shut_down_ ||
+           (!turn_taken_ && !queue_.empty() && queue_.front() == &call);
   });
   if (call.cancelled || shut_down_) {
     queue_.erase(std::remove(queue_.begin(), queue_.end(), &call), queue_.end());
@@ -383,22 +407,24 @@ void Engine::ForgetSession(const std::string& session, bool kill) {
   }
 }
 
-json Engine::RunPython(Call& call, const RunArgs& args, const json& progress_token, const Emit& emit) {
+json Engine::RunPython(Call& call, const RunArgs& args, const json& progress_token,
+                       const Emit& emit) {
   const RunArgs* parsed = &args;
   std::string note;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!lost_note_.empty()) {
       note = "Note: the previous interpreter was lost (" + lost_note_ +
-             "), so this code runs in a fresh one: earlier variables, imports and /workspace files are gone.";
+             "), so this code runs in a fresh one: earlier variables, imports and /workspace files "
+             "are gone.";
       lost_note_.clear();
     }
   }
   for (int attempt = 0;; ++attempt) {
     auto session = EnsureSession();
     if (!session.ok()) {
-      return ToolError(note + (note.empty() ? "" : "\n\n") + "kiln could not start an interpreter: " +
-                       session.error().message);
+      return ToolError(note + (note.empty() ? "" : "\n\n") +
+                       "kiln could not start an interpreter: " + session.error().message);
     }
     if (call.cancelled) return nullptr;
     RunState state;
@@ -424,7 +450,9 @@ json Engine::RunPython(Call& call, const RunArgs& args, const json& progress_tok
             interrupted_at = now;
             lock.unlock();
             if (kill) {
-              KILN_LOG_WARN("mcp: the cancelled cell ignored two interrupts: deleting kiln session {}", *session);
+              KILN_LOG_WARN(
+                  "mcp: the cancelled cell ignored two interrupts: deleting kiln session {}",
+                  *session);
               (void)backend_->DeleteSession(*session);
             } else {
               (void)backend_->Interrupt(*session);
@@ -445,9 +473,9 @@ json Engine::RunPython(Call& call, const RunArgs& args, const json& progress_tok
           state.news = false;
           last_progress = now;
           lock.unlock();
-          emit(jsonrpc::Notification("notifications/progress", {{"progressToken", progress_token},
-                                                                 {"progress", value},
-                                                                 {"message", message}}),
+          emit(jsonrpc::Notification(
+                   "notifications/progress",
+                   {{"progressToken", progress_token}, {"progress", value}, {"message", message}}),
                false);
           lock.lock();
         }
@@ -486,8 +514,10 @@ json Engine::RunPython(Call& call, const RunArgs& args, const json& progress_tok
         ForgetSession(*session, /*kill=*/!state.killed);
         // Nobody saw a result that says so: the next cell does.
         std::lock_guard<std::mutex> lock(mu_);
-        lost_note_ = state.killed ? "the cancelled cell ignored two interrupts, so its interpreter was killed"
-                                  : "it ended while a cancelled cell ran";
+        lost_note_ =
+            state.killed
+                ? "the cancelled cell ignored two interrupts, so its interpreter was killed"
+                : "it ended while a cancelled cell ran";
       }
       return nullptr;
     }
@@ -497,14 +527,18 @@ json Engine::RunPython(Call& call, const RunArgs& args, const json& progress_tok
         // The kiln session is gone (reaped, killed): a fresh one, and say so.
         ForgetSession(*session, /*kill=*/false);
         note = "Note: the previous interpreter was lost (" + e.message +
-               "), so this code ran in a fresh one: earlier variables, imports and /workspace files are gone.";
+               "), so this code ran in a fresh one: earlier variables, imports and /workspace "
+               "files are gone.";
         continue;
       }
       if (e.code == Code::kAborted) {
-        return ToolError("The interpreter is busy with another cell; wait for it or cancel it (" + e.message + ")");
+        return ToolError("The interpreter is busy with another cell; wait for it or cancel it (" +
+                         e.message + ")");
       }
-      if (e.code == Code::kInvalidArgument) return ToolError("Invalid arguments for run_python: " + e.message);
-      return ToolError(note + (note.empty() ? "" : "\n\n") + "kiln could not run the cell: " + e.message);
+      if (e.code == Code::kInvalidArgument)
+        return ToolError("Invalid arguments for run_python: " + e.message);
+      return ToolError(note + (note.empty() ? "" : "\n\n") +
+                       "kiln could not run the cell: " + e.message);
     }
     if (result->value("session_state", "kept") == "lost") ForgetSession(*session, /*kill=*/true);
     return RunPythonResult(*result, note, structured());
@@ -516,11 +550,13 @@ json Engine::UploadFile(const UploadArgs& args) {
   std::string note;
   for (int attempt = 0;; ++attempt) {
     auto session = EnsureSession();
-    if (!session.ok()) return ToolError("kiln could not start an interpreter: " + session.error().message);
+    if (!session.ok())
+      return ToolError("kiln could not start an interpreter: " + session.error().message);
     Status s = backend_->PutFile(*session, parsed->path, parsed->bytes);
     if (s.ok()) {
       json out = UploadResult(parsed->path, parsed->bytes.size(), structured());
-      if (!note.empty()) out["content"][0]["text"] = note + "\n\n" + out["content"][0]["text"].get<std::string>();
+      if (!note.empty())
+        out["content"][0]["text"] = note + "\n\n" + out["content"][0]["text"].get<std::string>();
       return out;
     }
     const Error& e = s.error();
@@ -530,8 +566,10 @@ json Engine::UploadFile(const UploadArgs& args) {
              "); the file went to a fresh one, whose variables and other files start empty.";
       continue;
     }
-    if (e.code == Code::kInvalidArgument) return ToolError("Invalid arguments for upload_file: " + e.message);
-    if (e.code == Code::kResourceExhausted) return ToolError("content_base64: the file is too big: " + e.message);
+    if (e.code == Code::kInvalidArgument)
+      return ToolError("Invalid arguments for upload_file: " + e.message);
+    if (e.code == Code::kResourceExhausted)
+      return ToolError("content_base64: the file is too big: " + e.message);
     return ToolError("kiln could not write the file: " + e.message);
   }
 }
@@ -543,7 +581,8 @@ json Engine::DownloadFile(const std::string& file) {
     std::lock_guard<std::mutex> lock(mu_);
     session = session_;
   }
-  if (session.empty()) return ToolError("path: no such file: /workspace/" + *path + " (the workspace is empty)");
+  if (session.empty())
+    return ToolError("path: no such file: /workspace/" + *path + " (the workspace is empty)");
   auto bytes = backend_->GetFile(session, *path);
   if (bytes.ok()) return DownloadResult(*path, *bytes, structured());
   const Error& e = bytes.error();
@@ -553,11 +592,13 @@ json Engine::DownloadFile(const std::string& file) {
     if (listing.ok()) return ToolError("path: no such file: /workspace/" + *path);
     if (listing.error().code == Code::kNotFound) {
       ForgetSession(session, /*kill=*/false);
-      return ToolError("The interpreter was lost (" + listing.error().message +
-                       "), and its /workspace files with it; the next run_python starts a fresh one.");
+      return ToolError(
+          "The interpreter was lost (" + listing.error().message +
+          "), and its /workspace files with it; the next run_python starts a fresh one.");
     }
   }
-  if (e.code == Code::kInvalidArgument) return ToolError("Invalid arguments for download_file: " + e.message);
+  if (e.code == Code::kInvalidArgument)
+    return ToolError("Invalid arguments for download_file: " + e.message);
   return ToolError("kiln could not read the file: " + e.message);
 }
 
@@ -572,8 +613,9 @@ json Engine::ListFiles() {
   if (listing.ok()) return ListFilesResult(*listing, structured());
   if (listing.error().code == Code::kNotFound) {
     ForgetSession(session, /*kill=*/false);
-    return ToolError("The interpreter was lost (" + listing.error().message +
-                     "), and its /workspace files with it; the next run_python starts a fresh one.");
+    return ToolError(
+        "The interpreter was lost (" + listing.error().message +
+        "), and its /workspace files with it; the next run_python starts a fresh one.");
   }
   return ToolError("kiln could not list the files: " + listing.error().message);
 }

@@ -30,11 +30,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "mcp/backend.h"
 #include "mcp/tools.h"
@@ -100,8 +99,8 @@ class Engine final {
     nlohmann::json progress_token;  // null: no progress notifications
   };
 
-  Disposition HandleRequest(const std::string& method, const nlohmann::json& id, const nlohmann::json& params,
-                            const Emit& emit);
+  Disposition HandleRequest(const std::string& method, const nlohmann::json& id,
+                            const nlohmann::json& params, const Emit& emit);
   void HandleNotification(const std::string& method, const nlohmann::json& params);
   nlohmann::json Initialize(const nlohmann::json& params, std::string* error);
   Disposition CallTool(const nlohmann::json& id, const nlohmann::json& params, const Emit& emit);
@@ -136,9 +135,9 @@ class Engine final {
   bool initialized_ = false;
   bool shut_down_ = false;
   std::string version_;
-  std::string session_;          // the kiln session; empty: none yet (or lost)
-  std::string lost_note_;        // why it was lost, when no result has said so yet
-  bool turn_taken_ = false;      // a tool call is using the kiln session
+  std::string session_;            // the kiln session; empty: none yet (or lost)
+  std::string lost_note_;          // why it was lost, when no result has said so yet
+  bool turn_taken_ = false;        // a tool call is using the kiln session
   std::deque<const Call*> queue_;  // tool calls waiting for their turn, in arrival order
   std::map<std::string, std::shared_ptr<Call>> calls_;  // in flight, by the id's JSON text
   std::vector<std::shared_ptr<Call>> finished_;         // threads to join

@@ -39,7 +39,9 @@ class Client {
     };
   }
   Engine::Disposition Send(const json& message) { return engine->Handle(message, Emitter()); }
-  Engine::Disposition SendText(const std::string& text) { return engine->HandleText(text, Emitter()); }
+  Engine::Disposition SendText(const std::string& text) {
+    return engine->HandleText(text, Emitter());
+  }
 
   // The next message with `id` (a response), waiting up to `limit`; null when none came.
   json ResponseTo(const json& id, std::chrono::milliseconds limit = 5s) {
@@ -128,7 +130,8 @@ std::string Text(const json& response) {
 
 TEST(McpEngine, MalformedJsonIsAParseErrorWithNullId) {
   Client c;
-  for (const std::string text : {"{", "not json", "", "{\"jsonrpc\": \"2.0\", \"id\": 1,", "\xff\xfe"}) {
+  for (const std::string text :
+       {"{", "not json", "", "{\"jsonrpc\": \"2.0\", \"id\": 1,", "\xff\xfe"}) {
     EXPECT_EQ(c.SendText(text), Engine::Disposition::kReplied) << text;
     const json r = c.ResponseTo(nullptr, 1s);
     EXPECT_EQ(ErrorCode(r), jsonrpc::kParseError) << text << " -> " << r.dump();
@@ -142,7 +145,8 @@ TEST(McpEngine, DeepNestingIsRefusedBeforeParsing) {
   EXPECT_EQ(ErrorCode(c.ResponseTo(nullptr, 1s)), jsonrpc::kParseError);
   // Brackets inside strings do not count.
   c.Initialize();
-  const std::string ok = R"({"jsonrpc":"2.0","id":7,"method":"ping","params":{"x":")" + std::string(1000, '[') + R"("}})";
+  const std::string ok = R"({"jsonrpc":"2.0","id":7,"method":"ping","params":{"x":")" +
+                         std::string(1000, '[') + R"("}})";
   c.SendText(ok);
   EXPECT_EQ(c.ResponseTo(7)["result"], json::object());
 }
@@ -156,20 +160,31 @@ TEST(McpEngine, InvalidRequests) {
     int code;
   };
   const std::vector<Case> cases = {
-      {json::array({{{"jsonrpc", "2.0"}, {"id", 1}, {"method", "ping"}}}), nullptr, jsonrpc::kInvalidRequest},
+      {json::array({{{"jsonrpc", "2.0"}, {"id", 1}, {"method", "ping"}}}), nullptr,
+       jsonrpc::kInvalidRequest},
       {json::array(), nullptr, jsonrpc::kInvalidRequest},
       {42, nullptr, jsonrpc::kInvalidRequest},
       {"ping", nullptr, jsonrpc::kInvalidRequest},
-      {{{"id", 2}, {"method", "ping"}}, 2, jsonrpc::kInvalidRequest},                        // no "jsonrpc"
-      {{{"jsonrpc", "1.0"}, {"id", 3}, {"method", "ping"}}, 3, jsonrpc::kInvalidRequest},   // wrong version
-      {{{"jsonrpc", "2.0"}, {"id", nullptr}, {"method", "ping"}}, nullptr, jsonrpc::kInvalidRequest},
+      {{{"id", 2}, {"method", "ping"}}, 2, jsonrpc::kInvalidRequest},  // no "jsonrpc"
+      {{{"jsonrpc", "1.0"}, {"id", 3}, {"method", "ping"}},
+       3,
+       jsonrpc::kInvalidRequest},  // wrong version
+      {{{"jsonrpc", "2.0"}, {"id", nullptr}, {"method", "ping"}},
+       nullptr,
+       jsonrpc::kInvalidRequest},
       {{{"jsonrpc", "2.0"}, {"id", true}, {"method", "ping"}}, nullptr, jsonrpc::kInvalidRequest},
-      {{{"jsonrpc", "2.0"}, {"id", {{"a", 1}}}, {"method", "ping"}}, nullptr, jsonrpc::kInvalidRequest},
+      {{{"jsonrpc", "2.0"}, {"id", {{"a", 1}}}, {"method", "ping"}},
+       nullptr,
+       jsonrpc::kInvalidRequest},
       {{{"jsonrpc", "2.0"}, {"id", 4}, {"method", 5}}, 4, jsonrpc::kInvalidRequest},
       {{{"jsonrpc", "2.0"}, {"id", 5}, {"method", ""}}, 5, jsonrpc::kInvalidRequest},
-      {{{"jsonrpc", "2.0"}, {"id", 6}}, 6, jsonrpc::kInvalidRequest},                        // no method
-      {{{"jsonrpc", "2.0"}, {"id", 7}, {"method", "ping"}, {"params", json::array()}}, 7, jsonrpc::kInvalidParams},
-      {{{"jsonrpc", "2.0"}, {"id", "s"}, {"method", "ping"}, {"params", 3}}, "s", jsonrpc::kInvalidParams},
+      {{{"jsonrpc", "2.0"}, {"id", 6}}, 6, jsonrpc::kInvalidRequest},  // no method
+      {{{"jsonrpc", "2.0"}, {"id", 7}, {"method", "ping"}, {"params", json::array()}},
+       7,
+       jsonrpc::kInvalidParams},
+      {{{"jsonrpc", "2.0"}, {"id", "s"}, {"method", "ping"}, {"params", 3}},
+       "s",
+       jsonrpc::kInvalidParams},
   };
   for (const auto& k : cases) {
     EXPECT_EQ(c.Send(k.message), Engine::Disposition::kReplied) << k.message.dump();
@@ -180,8 +195,11 @@ TEST(McpEngine, InvalidRequests) {
   // Notifications and client responses are never answered, even when wrong.
   EXPECT_EQ(c.Send({{"jsonrpc", "2.0"}, {"method", "notifications/whatever"}, {"params", 3}}),
             Engine::Disposition::kNoReply);
-  EXPECT_EQ(c.Send({{"jsonrpc", "2.0"}, {"id", 99}, {"result", json::object()}}), Engine::Disposition::kNoReply);
-  EXPECT_EQ(c.Send({{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"}, {"params", {{"requestId", 12345}}}}),
+  EXPECT_EQ(c.Send({{"jsonrpc", "2.0"}, {"id", 99}, {"result", json::object()}}),
+            Engine::Disposition::kNoReply);
+  EXPECT_EQ(c.Send({{"jsonrpc", "2.0"},
+                    {"method", "notifications/cancelled"},
+                    {"params", {{"requestId", 12345}}}}),
             Engine::Disposition::kNoReply);
   EXPECT_TRUE(c.All().empty()) << c.All().size();
 }
@@ -200,7 +218,8 @@ TEST(McpEngine, StringAndIntegerIdsAreEchoed) {
 
 TEST(McpEngine, RequestsBeforeInitializeAreMethodNotFound) {
   Client c;
-  for (const std::string method : {"server/discover", "tools/list", "tools/call", "resources/list"}) {
+  for (const std::string method :
+       {"server/discover", "tools/list", "tools/call", "resources/list"}) {
     const json r = c.Call({{"jsonrpc", "2.0"}, {"id", 1}, {"method", method}});
     EXPECT_EQ(ErrorCode(r), jsonrpc::kMethodNotFound) << method << " -> " << r.dump();
   }
@@ -229,22 +248,31 @@ TEST(McpEngine, VersionNegotiation) {
 
 TEST(McpEngine, InitializeNeedsAVersionAndHappensOnce) {
   Client c;
-  json r = c.Call({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "initialize"}, {"params", json::object()}});
+  json r =
+      c.Call({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "initialize"}, {"params", json::object()}});
   EXPECT_EQ(ErrorCode(r), jsonrpc::kInvalidParams);
   EXPECT_NE(r["error"]["message"].get<std::string>().find("protocolVersion"), std::string::npos);
-  r = c.Call({{"jsonrpc", "2.0"}, {"id", 2}, {"method", "initialize"}, {"params", {{"protocolVersion", 2025}}}});
+  r = c.Call({{"jsonrpc", "2.0"},
+              {"id", 2},
+              {"method", "initialize"},
+              {"params", {{"protocolVersion", 2025}}}});
   EXPECT_EQ(ErrorCode(r), jsonrpc::kInvalidParams);
   EXPECT_FALSE(c.engine->initialized());
   c.Initialize();
-  r = c.Call({{"jsonrpc", "2.0"}, {"id", 3}, {"method", "initialize"}, {"params", {{"protocolVersion", "2025-11-25"}}}});
+  r = c.Call({{"jsonrpc", "2.0"},
+              {"id", 3},
+              {"method", "initialize"},
+              {"params", {{"protocolVersion", "2025-11-25"}}}});
   EXPECT_EQ(ErrorCode(r), jsonrpc::kInvalidRequest);
 }
 
 TEST(McpEngine, UnknownMethodsAfterInitialize) {
   Client c;
   c.Initialize();
-  for (const std::string method : {"resources/list", "prompts/list", "logging/setLevel", "tools/run", "x"}) {
-    EXPECT_EQ(ErrorCode(c.Call({{"jsonrpc", "2.0"}, {"id", 1}, {"method", method}})), jsonrpc::kMethodNotFound)
+  for (const std::string method :
+       {"resources/list", "prompts/list", "logging/setLevel", "tools/run", "x"}) {
+    EXPECT_EQ(ErrorCode(c.Call({{"jsonrpc", "2.0"}, {"id", 1}, {"method", method}})),
+              jsonrpc::kMethodNotFound)
         << method;
   }
 }
@@ -266,14 +294,16 @@ TEST(McpEngine, ToolsListHasSchemasAndDescriptions) {
     EXPECT_TRUE(t.contains("title"));
     EXPECT_TRUE(t["annotations"].is_object());
   }
-  EXPECT_EQ(names, (std::set<std::string>{"run_python", "upload_file", "download_file", "list_files", "reset"}));
+  EXPECT_EQ(names, (std::set<std::string>{"run_python", "upload_file", "download_file",
+                                          "list_files", "reset"}));
   const json& run = tools[0];
   EXPECT_EQ(run["name"], "run_python");
   EXPECT_EQ(run["inputSchema"]["required"], json::array({"code"}));
   EXPECT_EQ(run["inputSchema"]["additionalProperties"], false);
   EXPECT_EQ(run["outputSchema"]["type"], "object");
   const std::string d = run["description"];
-  for (const char* word : {"numpy", "pandas", "matplotlib", "no network", "persist", "30 seconds", "512 MiB"}) {
+  for (const char* word :
+       {"numpy", "pandas", "matplotlib", "no network", "persist", "30 seconds", "512 MiB"}) {
     EXPECT_NE(d.find(word), std::string::npos) << word;
   }
   for (const auto& t : tools) {
@@ -286,7 +316,8 @@ TEST(McpEngine, ToolsListHasSchemasAndDescriptions) {
 TEST(McpEngine, OlderClientsGetNoStructuredContent) {
   Client c;
   c.Initialize("2025-03-26");
-  const json tools = c.Call({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/list"}})["result"]["tools"];
+  const json tools =
+      c.Call({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/list"}})["result"]["tools"];
   for (const auto& t : tools) {
     EXPECT_FALSE(t.contains("outputSchema"));
     EXPECT_FALSE(t.contains("title"));
@@ -297,7 +328,8 @@ TEST(McpEngine, OlderClientsGetNoStructuredContent) {
   EXPECT_EQ(Text(r), "hello");
   Client old;
   old.Initialize("2024-11-05");
-  const json old_tools = old.Call({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/list"}})["result"]["tools"];
+  const json old_tools =
+      old.Call({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/list"}})["result"]["tools"];
   for (const auto& t : old_tools) {
     EXPECT_FALSE(t.contains("annotations"));
   }
@@ -335,17 +367,23 @@ TEST(McpEngine, InvalidArgumentsAreToolErrorsNamingTheArgument) {
     const json r = c.Tool(id++, k.tool, k.args);
     ASSERT_TRUE(r.contains("result")) << r.dump();
     EXPECT_EQ(r["result"]["isError"], true) << k.args.dump();
-    EXPECT_NE(Text(r).find(k.named + ":"), std::string::npos) << k.tool << " " << k.args.dump() << " -> " << Text(r);
+    EXPECT_NE(Text(r).find(k.named + ":"), std::string::npos)
+        << k.tool << " " << k.args.dump() << " -> " << Text(r);
   }
   // Nothing reached the backend.
   EXPECT_TRUE(c.state->created.empty());
   // Unknown tools and non-object arguments are protocol errors (the spec's "malformed requests").
   EXPECT_EQ(ErrorCode(c.Tool(1, "run_bash", {{"cmd", "ls"}})), jsonrpc::kInvalidParams);
-  EXPECT_EQ(ErrorCode(c.Call({{"jsonrpc", "2.0"}, {"id", 2}, {"method", "tools/call"},
-                              {"params", {{"name", "run_python"}, {"arguments", json::array({"x"})}}}})),
-            jsonrpc::kInvalidParams);
-  EXPECT_EQ(ErrorCode(c.Call({{"jsonrpc", "2.0"}, {"id", 3}, {"method", "tools/call"}, {"params", json::object()}})),
-            jsonrpc::kInvalidParams);
+  EXPECT_EQ(
+      ErrorCode(c.Call({{"jsonrpc", "2.0"},
+                        {"id", 2},
+                        {"method", "tools/call"},
+                        {"params", {{"name", "run_python"}, {"arguments", json::array({"x"})}}}})),
+      jsonrpc::kInvalidParams);
+  EXPECT_EQ(
+      ErrorCode(c.Call(
+          {{"jsonrpc", "2.0"}, {"id", 3}, {"method", "tools/call"}, {"params", json::object()}})),
+      jsonrpc::kInvalidParams);
   // A timeout the profile refuses is named too (the backend's message).
   const json t = c.Tool(4, "run_python", {{"code", "bad timeout"}, {"timeout", 900}});
   EXPECT_EQ(t["result"]["isError"], true);
@@ -379,7 +417,8 @@ TEST(McpEngine, ExceptionsAreErrorsWithATraceback) {
   const json r = c.Tool(1, "run_python", {{"code", "raise"}});
   EXPECT_EQ(r["result"]["isError"], true);
   EXPECT_NE(Text(r).find("ZeroDivisionError: division by zero"), std::string::npos) << Text(r);
-  EXPECT_NE(Text(r).find("Traceback (most recent call last):\n  File"), std::string::npos) << Text(r);
+  EXPECT_NE(Text(r).find("Traceback (most recent call last):\n  File"), std::string::npos)
+      << Text(r);
   EXPECT_EQ(r["result"]["structuredContent"]["error"]["name"], "ZeroDivisionError");
   // A backend refusal is an error too, never a crash.
   const json busy = c.Tool(2, "run_python", {{"code", "busy"}});
@@ -410,7 +449,8 @@ TEST(McpEngine, LostSessionsAreReplacedAndSaidSo) {
   // The cell killed the interpreter: this result says the state is lost ...
   const json r = c.Tool(1, "run_python", {{"code", "lost"}});
   EXPECT_EQ(r["result"]["isError"], true);
-  EXPECT_NE(Text(r).find("state (variables, imports, /workspace files) is lost"), std::string::npos) << Text(r);
+  EXPECT_NE(Text(r).find("state (variables, imports, /workspace files) is lost"), std::string::npos)
+      << Text(r);
   EXPECT_NE(Text(r).find("ran out of memory"), std::string::npos) << Text(r);
   // ... and the next call runs in a fresh session.
   c.Tool(2, "run_python", {{"code", "y = 2"}});
@@ -435,7 +475,8 @@ TEST(McpEngine, FilesAndReset) {
   json r = c.Tool(1, "list_files", json::object());
   EXPECT_EQ(Text(r), "/workspace is empty.");
   EXPECT_TRUE(c.state->created.empty());
-  r = c.Tool(2, "upload_file", {{"path", "/workspace/data/a.csv"}, {"content_base64", "YSxiCjEsMgo="}});
+  r = c.Tool(2, "upload_file",
+             {{"path", "/workspace/data/a.csv"}, {"content_base64", "YSxiCjEsMgo="}});
   EXPECT_EQ(r["result"]["isError"], false) << r.dump();
   EXPECT_EQ(r["result"]["structuredContent"], json({{"path", "data/a.csv"}, {"size", 8}}));
   r = c.Tool(3, "download_file", {{"path", "data/a.csv"}});
@@ -489,14 +530,18 @@ TEST(McpEngine, FilesOfALostSessionSaySo) {
 TEST(McpEngine, CancellationInterruptsTheCellAndSendsNoResponse) {
   Client c;
   c.Initialize();
-  c.Send({{"jsonrpc", "2.0"}, {"id", "long"}, {"method", "tools/call"},
+  c.Send({{"jsonrpc", "2.0"},
+          {"id", "long"},
+          {"method", "tools/call"},
           {"params", {{"name", "run_python"}, {"arguments", {{"code", "block"}}}}}});
   ASSERT_TRUE(c.WaitRunning());
   const int finals = c.finals();
   // The reader still answers while the cell runs.
   EXPECT_EQ(c.Call({{"jsonrpc", "2.0"}, {"id", 5}, {"method", "ping"}})["result"], json::object());
   EXPECT_EQ(c.engine->in_flight(), 1u);
-  c.Send({{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"}, {"params", {{"requestId", "long"}, {"reason", "user"}}}});
+  c.Send({{"jsonrpc", "2.0"},
+          {"method", "notifications/cancelled"},
+          {"params", {{"requestId", "long"}, {"reason", "user"}}}});
   ASSERT_TRUE(c.WaitFinals(finals + 2));  // the ping's, then the cancelled call's
   EXPECT_TRUE(c.ResponseTo("long", 300ms).is_null());
   EXPECT_EQ(c.state->interrupted.size(), 1u);
@@ -510,18 +555,23 @@ TEST(McpEngine, CancellationInterruptsTheCellAndSendsNoResponse) {
 TEST(McpEngine, ACellThatIgnoresInterruptsHasItsInterpreterKilled) {
   Client c;
   c.Initialize();
-  c.Send({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/call"},
+  c.Send({{"jsonrpc", "2.0"},
+          {"id", 1},
+          {"method", "tools/call"},
           {"params", {{"name", "run_python"}, {"arguments", {{"code", "stubborn"}}}}}});
   ASSERT_TRUE(c.WaitRunning());
   const std::string session = c.engine->kiln_session();
-  c.Send({{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"}, {"params", {{"requestId", 1}}}});
+  c.Send(
+      {{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"}, {"params", {{"requestId", 1}}}});
   ASSERT_TRUE(c.WaitFinals(2));
   EXPECT_EQ(c.state->interrupted.size(), 2u);
   EXPECT_EQ(c.state->deleted.front(), session);
   EXPECT_TRUE(c.engine->kiln_session().empty());
   // Next call: a fresh interpreter, and its text says the state was lost.
   const json r = c.Tool(2, "run_python", {{"code", "fresh"}});
-  EXPECT_NE(Text(r).find("previous interpreter was lost (the cancelled cell ignored two interrupts"), std::string::npos)
+  EXPECT_NE(
+      Text(r).find("previous interpreter was lost (the cancelled cell ignored two interrupts"),
+      std::string::npos)
       << Text(r);
   EXPECT_NE(Text(r).find("fresh"), std::string::npos);
   EXPECT_EQ(c.state->created.size(), 2u);
@@ -532,14 +582,20 @@ TEST(McpEngine, ACellThatIgnoresInterruptsHasItsInterpreterKilled) {
 TEST(McpEngine, CancellingAWaitingCallNeverRunsIt) {
   Client c;
   c.Initialize();
-  c.Send({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/call"},
+  c.Send({{"jsonrpc", "2.0"},
+          {"id", 1},
+          {"method", "tools/call"},
           {"params", {{"name", "run_python"}, {"arguments", {{"code", "block"}}}}}});
   ASSERT_TRUE(c.WaitRunning());
-  c.Send({{"jsonrpc", "2.0"}, {"id", 2}, {"method", "tools/call"},
+  c.Send({{"jsonrpc", "2.0"},
+          {"id", 2},
+          {"method", "tools/call"},
           {"params", {{"name", "run_python"}, {"arguments", {{"code", "queued"}}}}}});
-  c.Send({{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"}, {"params", {{"requestId", 2}}}});
+  c.Send(
+      {{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"}, {"params", {{"requestId", 2}}}});
   ASSERT_TRUE(c.WaitFinals(2));  // initialize's, the queued call's
-  c.Send({{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"}, {"params", {{"requestId", 1}}}});
+  c.Send(
+      {{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"}, {"params", {{"requestId", 1}}}});
   ASSERT_TRUE(c.WaitFinals(3));
   for (const auto& [s, code] : c.state->executed) EXPECT_NE(code, "queued");
 }
@@ -547,12 +603,15 @@ TEST(McpEngine, CancellingAWaitingCallNeverRunsIt) {
 TEST(McpEngine, ToolCallsTakeTurnsInArrivalOrder) {
   Client c;
   c.Initialize();
-  c.Send({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/call"},
+  c.Send({{"jsonrpc", "2.0"},
+          {"id", 1},
+          {"method", "tools/call"},
           {"params", {{"name", "run_python"}, {"arguments", {{"code", "block"}}}}}});
   ASSERT_TRUE(c.WaitRunning());
   for (int id = 2; id <= 9; ++id) {
-    const json call = id % 3 == 0 ? json{{"name", "list_files"}, {"arguments", json::object()}}
-                                  : json{{"name", "run_python"}, {"arguments", {{"code", std::to_string(id)}}}};
+    const json call =
+        id % 3 == 0 ? json{{"name", "list_files"}, {"arguments", json::object()}}
+                    : json{{"name", "run_python"}, {"arguments", {{"code", std::to_string(id)}}}};
     c.Send({{"jsonrpc", "2.0"}, {"id", id}, {"method", "tools/call"}, {"params", call}});
     std::this_thread::sleep_for(5ms);  // the workers are waiting in line
   }
@@ -572,10 +631,14 @@ TEST(McpEngine, ToolCallsTakeTurnsInArrivalOrder) {
 TEST(McpEngine, DuplicateIdInFlightIsRefused) {
   Client c;
   c.Initialize();
-  c.Send({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/call"},
+  c.Send({{"jsonrpc", "2.0"},
+          {"id", 1},
+          {"method", "tools/call"},
           {"params", {{"name", "run_python"}, {"arguments", {{"code", "block"}}}}}});
   ASSERT_TRUE(c.WaitRunning());
-  const json dup = c.Call({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/call"},
+  const json dup = c.Call({{"jsonrpc", "2.0"},
+                           {"id", 1},
+                           {"method", "tools/call"},
                            {"params", {{"name", "list_files"}, {"arguments", json::object()}}}});
   EXPECT_EQ(ErrorCode(dup), jsonrpc::kInvalidRequest) << dup.dump();
   c.engine->Shutdown();  // stops the blocked cell
@@ -612,8 +675,13 @@ TEST(McpEngine, ProgressHeartbeatWhileACellIsSilent) {
   o.heartbeat = std::chrono::milliseconds(100);
   Client c(o);
   c.Initialize();
-  c.Send({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "tools/call"},
-          {"params", {{"name", "run_python"}, {"arguments", {{"code", "block"}}}, {"_meta", {{"progressToken", 7}}}}}});
+  c.Send({{"jsonrpc", "2.0"},
+          {"id", 1},
+          {"method", "tools/call"},
+          {"params",
+           {{"name", "run_python"},
+            {"arguments", {{"code", "block"}}},
+            {"_meta", {{"progressToken", 7}}}}}});
   ASSERT_TRUE(c.WaitRunning());
   std::this_thread::sleep_for(450ms);
   const auto beats = c.Notifications("notifications/progress");

@@ -9,12 +9,11 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "mcp/backend.h"
 
@@ -26,7 +25,7 @@ struct FakeState {
   int next_id = 1;
   std::set<std::string> live;
   std::vector<std::string> created, deleted, interrupted;
-  std::vector<std::pair<std::string, std::string>> executed;  // (session, code)
+  std::vector<std::pair<std::string, std::string>> executed;        // (session, code)
   std::map<std::string, std::map<std::string, std::string>> files;  // session -> path -> bytes
   int running = 0;
   bool interrupt_flag = false;
@@ -55,24 +54,34 @@ class FakeBackend final : public Backend {
   // events 150 ms apart; "block" -> waits for an interrupt; "stubborn" -> waits
   // until the session is deleted; "lost" -> session_state lost; "busy" ->
   // kAborted; "timeout=" -> echoes the timeout; else prints the code.
-  Result<nlohmann::json> Execute(const std::string& session, const std::string& code,
-                                 std::optional<double> timeout_s,
-                                 const std::function<void(const nlohmann::json&)>& on_event) override {
+  Result<nlohmann::json> Execute(
+      const std::string& session, const std::string& code, std::optional<double> timeout_s,
+      const std::function<void(const nlohmann::json&)>& on_event) override {
     std::unique_lock<std::mutex> lock(s_->m);
-    if (s_->live.count(session) == 0) return MakeError(Code::kNotFound, "session " + session + " is gone");
+    if (s_->live.count(session) == 0)
+      return MakeError(Code::kNotFound, "session " + session + " is gone");
     s_->executed.emplace_back(session, code);
     s_->last_timeout = timeout_s;
-    nlohmann::json r = {{"status", "ok"},          {"stdout", ""},          {"stderr", ""},
-                        {"outputs", nlohmann::json::array()}, {"error", nullptr}, {"execution_count", 1},
-                        {"session_state", "kept"}, {"session_id", session}};
+    nlohmann::json r = {{"status", "ok"},
+                        {"stdout", ""},
+                        {"stderr", ""},
+                        {"outputs", nlohmann::json::array()},
+                        {"error", nullptr},
+                        {"execution_count", 1},
+                        {"session_state", "kept"},
+                        {"session_id", session}};
     if (code == "raise") {
-      nlohmann::json tb = {"Traceback (most recent call last):", "  File \"<cell>\", line 1, in <module>",
-                           "ZeroDivisionError: division by zero"};
+      nlohmann::json tb = {
+          "Traceback (most recent call last):", "  File \"<cell>\", line 1, in <module>",
+          "ZeroDivisionError: division by zero"};
       r["status"] = "error";
       r["exit_code"] = 1;
-      r["error"] = {{"name", "ZeroDivisionError"}, {"value", "division by zero"}, {"traceback", tb}};
-      r["outputs"].push_back({{"output_type", "error"}, {"ename", "ZeroDivisionError"},
-                              {"evalue", "division by zero"}, {"traceback", tb}});
+      r["error"] = {
+          {"name", "ZeroDivisionError"}, {"value", "division by zero"}, {"traceback", tb}};
+      r["outputs"].push_back({{"output_type", "error"},
+                              {"ename", "ZeroDivisionError"},
+                              {"evalue", "division by zero"},
+                              {"traceback", tb}});
     } else if (code == "plot") {
       r["outputs"].push_back({{"output_type", "display_data"},
                               {"data", {{"image/png", "iVBORw0KGgo="}, {"text/plain", "<Figure>"}}},
@@ -80,7 +89,8 @@ class FakeBackend final : public Backend {
     } else if (code == "stream") {
       for (int i = 0; i < 3; ++i) {
         lock.unlock();
-        if (on_event) on_event({{"event", "stdout"}, {"data", {{"text", "line " + std::to_string(i) + "\n"}}}});
+        if (on_event)
+          on_event({{"event", "stdout"}, {"data", {{"text", "line " + std::to_string(i) + "\n"}}}});
         std::this_thread::sleep_for(std::chrono::milliseconds(150));
         lock.lock();
       }
@@ -94,9 +104,11 @@ class FakeBackend final : public Backend {
         return (!stubborn && s_->interrupt_flag) || s_->live.count(session) == 0;
       });
       --s_->running;
-      if (s_->live.count(session) == 0) return MakeError(Code::kNotFound, "session " + session + " was deleted");
+      if (s_->live.count(session) == 0)
+        return MakeError(Code::kNotFound, "session " + session + " was deleted");
       r["status"] = "error";
-      r["error"] = {{"name", "KeyboardInterrupt"}, {"value", ""}, {"traceback", nlohmann::json::array()}};
+      r["error"] = {
+          {"name", "KeyboardInterrupt"}, {"value", ""}, {"traceback", nlohmann::json::array()}};
     } else if (code == "lost") {
       r["status"] = "memory_limit";
       r["session_state"] = "lost";
@@ -104,10 +116,12 @@ class FakeBackend final : public Backend {
     } else if (code == "busy") {
       return MakeError(Code::kAborted, "session_busy");
     } else if (code == "bad timeout") {
-      return MakeError(Code::kInvalidArgument, "timeout: 900 s is over the profile's maximum of 300 s");
+      return MakeError(Code::kInvalidArgument,
+                       "timeout: 900 s is over the profile's maximum of 300 s");
     } else {
       r["stdout"] = code + "\n";
-      r["outputs"].push_back({{"output_type", "stream"}, {"name", "stdout"}, {"text", code + "\n"}});
+      r["outputs"].push_back(
+          {{"output_type", "stream"}, {"name", "stdout"}, {"text", code + "\n"}});
     }
     return r;
   }
@@ -118,7 +132,8 @@ class FakeBackend final : public Backend {
     s_->cv.notify_all();
     return OkStatus();
   }
-  Status PutFile(const std::string& session, const std::string& path, const std::string& bytes) override {
+  Status PutFile(const std::string& session, const std::string& path,
+                 const std::string& bytes) override {
     std::lock_guard<std::mutex> lock(s_->m);
     if (s_->live.count(session) == 0) return MakeError(Code::kNotFound, "session gone");
     if (path == "too/big") return MakeError(Code::kResourceExhausted, "over the workspace");
@@ -136,7 +151,8 @@ class FakeBackend final : public Backend {
     std::lock_guard<std::mutex> lock(s_->m);
     if (s_->live.count(session) == 0) return MakeError(Code::kNotFound, "session gone");
     nlohmann::json files = nlohmann::json::array();
-    for (const auto& [p, b] : s_->files[session]) files.push_back({{"path", p}, {"size", b.size()}, {"directory", false}});
+    for (const auto& [p, b] : s_->files[session])
+      files.push_back({{"path", p}, {"size", b.size()}, {"directory", false}});
     return nlohmann::json{{"files", files}};
   }
 

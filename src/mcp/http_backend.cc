@@ -40,7 +40,8 @@ class TimedStream {
 
   template <class MutableBufferSequence>
   size_t read_some(const MutableBufferSequence& buffers, beast::error_code& ec) {
-    for (auto it = asio::buffer_sequence_begin(buffers); it != asio::buffer_sequence_end(buffers); ++it) {
+    for (auto it = asio::buffer_sequence_begin(buffers); it != asio::buffer_sequence_end(buffers);
+         ++it) {
       asio::mutable_buffer b = *it;
       if (b.size() == 0) continue;
       for (;;) {
@@ -68,12 +69,14 @@ class TimedStream {
   size_t read_some(const MutableBufferSequence& buffers) {
     beast::error_code ec;
     const size_t n = read_some(buffers, ec);
-    if (ec) throw boost::system::system_error(ec);  // never called: Beast's calls here take an error_code
+    if (ec)
+      throw boost::system::system_error(ec);  // never called: Beast's calls here take an error_code
     return n;
   }
   template <class ConstBufferSequence>
   size_t write_some(const ConstBufferSequence& buffers, beast::error_code& ec) {
-    for (auto it = asio::buffer_sequence_begin(buffers); it != asio::buffer_sequence_end(buffers); ++it) {
+    for (auto it = asio::buffer_sequence_begin(buffers); it != asio::buffer_sequence_end(buffers);
+         ++it) {
       asio::const_buffer b = *it;
       if (b.size() == 0) continue;
       for (;;) {
@@ -123,7 +126,8 @@ class TimedStream {
 
 // A non-blocking TCP connection to `endpoint` within `timeout`.
 Result<UniqueFd> Connect(const tcp::endpoint& endpoint, std::chrono::milliseconds timeout) {
-  UniqueFd fd(::socket(endpoint.protocol().family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  UniqueFd fd(
+      ::socket(endpoint.protocol().family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return ErrnoError("socket");
   if (::connect(fd.get(), endpoint.data(), static_cast<socklen_t>(endpoint.size())) != 0) {
     if (errno != EINPROGRESS) return ErrnoError("connect");
@@ -136,7 +140,8 @@ Result<UniqueFd> Connect(const tcp::endpoint& endpoint, std::chrono::millisecond
     if (r < 0) return ErrnoError("poll");
     int err = 0;
     socklen_t len = sizeof err;
-    if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) return ErrnoError("getsockopt");
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+      return ErrnoError("getsockopt");
     if (err != 0) return ErrnoError("connect", err);
   }
   const int one = 1;
@@ -158,10 +163,12 @@ std::string Lower(std::string s) {
 Result<HttpUrl> ParseHttpUrl(const std::string& url) {
   const std::string lower = Lower(url);
   if (lower.rfind("https://", 0) == 0) {
-    return InvalidArgument("--url: https is not supported: reach kiln serve over http:// on a trusted network or "
-                           "loopback (a TLS-terminating proxy may sit in front of it for others)");
+    return InvalidArgument(
+        "--url: https is not supported: reach kiln serve over http:// on a trusted network or "
+        "loopback (a TLS-terminating proxy may sit in front of it for others)");
   }
-  if (lower.rfind("http://", 0) != 0) return InvalidArgument("--url: '" + url + "' is not an http:// URL");
+  if (lower.rfind("http://", 0) != 0)
+    return InvalidArgument("--url: '" + url + "' is not an http:// URL");
   std::string rest = url.substr(7);
   HttpUrl out;
   const size_t slash = rest.find('/');
@@ -179,11 +186,13 @@ Result<HttpUrl> ParseHttpUrl(const std::string& url) {
   std::string port;
   if (!authority.empty() && authority.front() == '[') {
     const size_t close = authority.find(']');
-    if (close == std::string::npos) return InvalidArgument("--url: '" + url + "' has an unterminated [IPv6] host");
+    if (close == std::string::npos)
+      return InvalidArgument("--url: '" + url + "' has an unterminated [IPv6] host");
     out.host = authority.substr(1, close - 1);
     const std::string after = authority.substr(close + 1);
     if (!after.empty()) {
-      if (after.front() != ':') return InvalidArgument("--url: '" + url + "' is malformed after the host");
+      if (after.front() != ':')
+        return InvalidArgument("--url: '" + url + "' is malformed after the host");
       port = after.substr(1);
     }
   } else {
@@ -249,7 +258,8 @@ void SseParser::Line(std::string_view line, std::vector<Event>* out) {
   if (line.front() == ':') return;  // a comment (keep-alive)
   const size_t colon = line.find(':');
   const std::string_view field = line.substr(0, colon);
-  std::string_view value = colon == std::string_view::npos ? std::string_view() : line.substr(colon + 1);
+  std::string_view value =
+      colon == std::string_view::npos ? std::string_view() : line.substr(colon + 1);
   if (!value.empty() && value.front() == ' ') value.remove_prefix(1);
   if (field == "event") {
     event_ = std::string(value);
@@ -271,23 +281,34 @@ Error ErrorFromReply(int status, const std::string& body) {
   if (message.empty()) message = "HTTP " + std::to_string(status);
   switch (status) {
     case 400:
-    case 422: return MakeError(Code::kInvalidArgument, message);
-    case 401: return MakeError(Code::kUnauthenticated, "kiln serve refused the API key: " + message);
-    case 403: return MakeError(Code::kPermissionDenied, message);
-    case 404: return MakeError(Code::kNotFound, message);
-    case 409: return MakeError(Code::kAborted, message);
-    case 410: return MakeError(Code::kNotFound, "the session is gone: " + message);
+    case 422:
+      return MakeError(Code::kInvalidArgument, message);
+    case 401:
+      return MakeError(Code::kUnauthenticated, "kiln serve refused the API key: " + message);
+    case 403:
+      return MakeError(Code::kPermissionDenied, message);
+    case 404:
+      return MakeError(Code::kNotFound, message);
+    case 409:
+      return MakeError(Code::kAborted, message);
+    case 410:
+      return MakeError(Code::kNotFound, "the session is gone: " + message);
     case 413:
-    case 429: return MakeError(Code::kResourceExhausted, message);
-    case 503: return MakeError(Code::kUnavailable, message);
-    default: break;
+    case 429:
+      return MakeError(Code::kResourceExhausted, message);
+    case 503:
+      return MakeError(Code::kUnavailable, message);
+    default:
+      break;
   }
-  return MakeError(Code::kInternal, "kiln serve answered " + std::to_string(status) + ": " + message);
+  return MakeError(Code::kInternal,
+                   "kiln serve answered " + std::to_string(status) + ": " + message);
 }
 
 Result<std::unique_ptr<HttpBackend>> HttpBackend::Create(HttpBackendOptions options) {
   KILN_ASSIGN_OR_RETURN(HttpUrl url, ParseHttpUrl(options.url));
-  if (options.api_key.empty()) return InvalidArgument("--api-key: an API key of kiln serve is required");
+  if (options.api_key.empty())
+    return InvalidArgument("--api-key: an API key of kiln serve is required");
   if (options.api_key.find_first_of("\r\n") != std::string::npos) {
     return InvalidArgument("--api-key: must be one line");
   }
@@ -298,13 +319,14 @@ std::string HttpBackend::SessionPath(const std::string& session) const {
   return url_.prefix + "/v1/sessions/" + EncodePath(session);
 }
 
-Result<HttpBackend::Reply> HttpBackend::Exchange(const std::string& method, const std::string& target,
-                                                 const std::string& body, const std::string& content_type,
-                                                 const std::string& accept, std::chrono::seconds timeout,
-                                                 const std::function<Status(const SseParser::Event&)>& on_sse) {
+Result<HttpBackend::Reply> HttpBackend::Exchange(
+    const std::string& method, const std::string& target, const std::string& body,
+    const std::string& content_type, const std::string& accept, std::chrono::seconds timeout,
+    const std::function<Status(const SseParser::Event&)>& on_sse) {
   const std::string what = method + " " + target;
   auto fail = [&](const std::string& why) {
-    return MakeError(Code::kUnavailable, "kiln serve at " + url_.host_header + ": " + what + ": " + why);
+    return MakeError(Code::kUnavailable,
+                     "kiln serve at " + url_.host_header + ": " + what + ": " + why);
   };
   asio::io_context io;
   beast::error_code ec;
@@ -360,7 +382,8 @@ Result<HttpBackend::Reply> HttpBackend::Exchange(const std::string& method, cons
     if (ec && ec != http::error::end_of_stream) return fail("reading the answer: " + ec.message());
     const size_t n = sizeof chunk - parser.get().body().size;
     total += n;
-    if (total > kMaxReplyBytes) return fail("the answer is over " + std::to_string(kMaxReplyBytes) + " bytes");
+    if (total > kMaxReplyBytes)
+      return fail("the answer is over " + std::to_string(kMaxReplyBytes) + " bytes");
     if (stream) {
       for (const auto& event : sse.Feed(std::string_view(chunk, n))) KILN_TRY(on_sse(event));
     } else {
@@ -374,19 +397,22 @@ Result<HttpBackend::Reply> HttpBackend::Exchange(const std::string& method, cons
 Result<std::string> HttpBackend::CreateSession() {
   json body = json::object();
   if (!options_.profile.empty()) body["profile"] = options_.profile;
-  KILN_ASSIGN_OR_RETURN(Reply r, Exchange("POST", url_.prefix + "/v1/sessions", body.dump(), "application/json",
-                                          "application/json", options_.request_timeout));
+  KILN_ASSIGN_OR_RETURN(
+      Reply r, Exchange("POST", url_.prefix + "/v1/sessions", body.dump(), "application/json",
+                        "application/json", options_.request_timeout));
   if (r.status != 201 && r.status != 200) return ErrorFromReply(r.status, r.body);
   const json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("id") || !j["id"].is_string() || j["id"].get<std::string>().empty()) {
-    return MakeError(Code::kInternal, "kiln serve: POST /v1/sessions answered without a session id");
+  if (!j.is_object() || !j.contains("id") || !j["id"].is_string() ||
+      j["id"].get<std::string>().empty()) {
+    return MakeError(Code::kInternal,
+                     "kiln serve: POST /v1/sessions answered without a session id");
   }
   return j["id"].get<std::string>();
 }
 
 Status HttpBackend::DeleteSession(const std::string& session) {
-  KILN_ASSIGN_OR_RETURN(Reply r, Exchange("DELETE", SessionPath(session), "", "", "application/json",
-                                          options_.request_timeout));
+  KILN_ASSIGN_OR_RETURN(Reply r, Exchange("DELETE", SessionPath(session), "", "",
+                                          "application/json", options_.request_timeout));
   if (r.status / 100 != 2) return ErrorFromReply(r.status, r.body);
   return OkStatus();
 }
@@ -402,7 +428,8 @@ Result<json> HttpBackend::Execute(const std::string& session, const std::string&
   std::optional<json> done;
   auto on_sse = [&](const SseParser::Event& e) -> Status {
     json data = json::parse(e.data, nullptr, /*allow_exceptions=*/false);
-    if (data.is_discarded()) return MakeError(Code::kInternal, "kiln serve sent an event that is not JSON");
+    if (data.is_discarded())
+      return MakeError(Code::kInternal, "kiln serve sent an event that is not JSON");
     if (e.name == "done") {
       done = std::move(data);
     } else if (on_event && (e.name == "stdout" || e.name == "stderr" || e.name == "display" ||
@@ -417,7 +444,8 @@ Result<json> HttpBackend::Execute(const std::string& session, const std::string&
   if (!IsEventStream(r.content_type)) {
     // A server that answered with one JSON object instead of a stream.
     json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object()) return MakeError(Code::kInternal, "kiln serve: the execute answer is not a JSON object");
+    if (!j.is_object())
+      return MakeError(Code::kInternal, "kiln serve: the execute answer is not a JSON object");
     return j;
   }
   if (!done || !done->is_object()) {
@@ -426,41 +454,44 @@ Result<json> HttpBackend::Execute(const std::string& session, const std::string&
   // A failure after the stream began: "done" carries the error body.
   if (!done->contains("status") && done->contains("error") && (*done)["error"].is_object()) {
     const std::string kind = (*done)["error"].value("code", "");
-    const int status = kind == "session_gone"                            ? 410
-                       : kind == "not_found"                             ? 404
-                       : kind == "session_busy" || kind == "conflict"    ? 409
+    const int status = kind == "session_gone"                               ? 410
+                       : kind == "not_found"                                ? 404
+                       : kind == "session_busy" || kind == "conflict"       ? 409
                        : kind == "invalid_value" || kind == "invalid_field" ? 400
-                                                                          : 503;
+                                                                            : 503;
     return ErrorFromReply(status, done->dump());
   }
   return std::move(*done);
 }
 
 Status HttpBackend::Interrupt(const std::string& session) {
-  KILN_ASSIGN_OR_RETURN(Reply r, Exchange("POST", SessionPath(session) + "/interrupt", "{}", "application/json",
-                                          "application/json", options_.request_timeout));
+  KILN_ASSIGN_OR_RETURN(
+      Reply r, Exchange("POST", SessionPath(session) + "/interrupt", "{}", "application/json",
+                        "application/json", options_.request_timeout));
   if (r.status / 100 != 2) return ErrorFromReply(r.status, r.body);
   return OkStatus();
 }
 
-Status HttpBackend::PutFile(const std::string& session, const std::string& path, const std::string& bytes) {
-  KILN_ASSIGN_OR_RETURN(Reply r, Exchange("PUT", SessionPath(session) + "/files/" + EncodePath(path), bytes,
-                                          "application/octet-stream", "application/json",
-                                          options_.request_timeout));
+Status HttpBackend::PutFile(const std::string& session, const std::string& path,
+                            const std::string& bytes) {
+  KILN_ASSIGN_OR_RETURN(
+      Reply r, Exchange("PUT", SessionPath(session) + "/files/" + EncodePath(path), bytes,
+                        "application/octet-stream", "application/json", options_.request_timeout));
   if (r.status / 100 != 2) return ErrorFromReply(r.status, r.body);
   return OkStatus();
 }
 
 Result<std::string> HttpBackend::GetFile(const std::string& session, const std::string& path) {
-  KILN_ASSIGN_OR_RETURN(Reply r, Exchange("GET", SessionPath(session) + "/files/" + EncodePath(path), "", "",
-                                          "*/*", options_.request_timeout));
+  KILN_ASSIGN_OR_RETURN(
+      Reply r, Exchange("GET", SessionPath(session) + "/files/" + EncodePath(path), "", "", "*/*",
+                        options_.request_timeout));
   if (r.status != 200) return ErrorFromReply(r.status, r.body);
   return std::move(r.body);
 }
 
 Result<json> HttpBackend::ListFiles(const std::string& session) {
-  KILN_ASSIGN_OR_RETURN(Reply r, Exchange("GET", SessionPath(session) + "/files", "", "", "application/json",
-                                          options_.request_timeout));
+  KILN_ASSIGN_OR_RETURN(Reply r, Exchange("GET", SessionPath(session) + "/files", "", "",
+                                          "application/json", options_.request_timeout));
   if (r.status != 200) return ErrorFromReply(r.status, r.body);
   json j = json::parse(r.body, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("files") || !j["files"].is_array()) {

@@ -21,7 +21,7 @@
 namespace kiln::mcp {
 
 struct HttpBackendOptions {
-  std::string url;      // "http://127.0.0.1:8080" (a path prefix is kept: "http://h/kiln")
+  std::string url;  // "http://127.0.0.1:8080" (a path prefix is kept: "http://h/kiln")
   std::string api_key;
   std::string profile;  // for new sessions; empty: the server's default
   std::chrono::seconds request_timeout{60};
@@ -31,9 +31,9 @@ struct HttpBackendOptions {
 
 // The URL split up; kInvalidArgument naming "--url" for anything but http://HOST[:PORT][/PATH].
 struct HttpUrl {
-  std::string host;    // without brackets
+  std::string host;  // without brackets
   uint16_t port = 80;
-  std::string prefix;  // "" or "/path" (no trailing slash)
+  std::string prefix;       // "" or "/path" (no trailing slash)
   std::string host_header;  // as it goes in Host:
 };
 Result<HttpUrl> ParseHttpUrl(const std::string& url);
@@ -67,11 +67,12 @@ class HttpBackend final : public Backend {
 
   Result<std::string> CreateSession() override;
   Status DeleteSession(const std::string& session) override;
-  Result<nlohmann::json> Execute(const std::string& session, const std::string& code,
-                                 std::optional<double> timeout_s,
-                                 const std::function<void(const nlohmann::json&)>& on_event) override;
+  Result<nlohmann::json> Execute(
+      const std::string& session, const std::string& code, std::optional<double> timeout_s,
+      const std::function<void(const nlohmann::json&)>& on_event) override;
   Status Interrupt(const std::string& session) override;
-  Status PutFile(const std::string& session, const std::string& path, const std::string& bytes) override;
+  Status PutFile(const std::string& session, const std::string& path,
+                 const std::string& bytes) override;
   Result<std::string> GetFile(const std::string& session, const std::string& path) override;
   Result<nlohmann::json> ListFiles(const std::string& session) override;
 
@@ -81,12 +82,13 @@ class HttpBackend final : public Backend {
     std::string content_type;
     std::string body;
   };
-  HttpBackend(HttpBackendOptions options, HttpUrl url) : options_(std::move(options)), url_(std::move(url)) {}
+  HttpBackend(HttpBackendOptions options, HttpUrl url)
+      : options_(std::move(options)), url_(std::move(url)) {}
   // One exchange. `on_sse`, when set and the answer is a 200 event stream,
   // gets its events as they arrive instead of the body being kept.
-  Result<Reply> Exchange(const std::string& method, const std::string& target, const std::string& body,
-                         const std::string& content_type, const std::string& accept,
-                         std::chrono::seconds timeout,
+  Result<Reply> Exchange(const std::string& method, const std::string& target,
+                         const std::string& body, const std::string& content_type,
+                         const std::string& accept, std::chrono::seconds timeout,
                          const std::function<Status(const SseParser::Event&)>& on_sse = nullptr);
   std::string SessionPath(const std::string& session) const;
 

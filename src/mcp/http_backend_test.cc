@@ -5,11 +5,10 @@
 #include "mcp/http_backend.h"
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
@@ -42,14 +41,16 @@ TEST(McpHttpBackend, ParsesHttpUrls) {
   u = ParseHttpUrl("HTTP://example.org");
   ASSERT_TRUE(u.ok());
   EXPECT_EQ(u->port, 80);
-  for (const std::string bad : {"https://x", "ftp://x", "x:80", "http://", "http://:80", "http://h:0",
-                                "http://h:99999", "http://h:8a", "http://u:p@h", "http://[::1", "http://h/?q"}) {
+  for (const std::string bad :
+       {"https://x", "ftp://x", "x:80", "http://", "http://:80", "http://h:0", "http://h:99999",
+        "http://h:8a", "http://u:p@h", "http://[::1", "http://h/?q"}) {
     auto r = ParseHttpUrl(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.error().code, Code::kInvalidArgument);
     EXPECT_EQ(r.error().message.rfind("--url:", 0), 0u) << r.error().message;
   }
-  EXPECT_NE(ParseHttpUrl("https://x").error().message.find("https is not supported"), std::string::npos);
+  EXPECT_NE(ParseHttpUrl("https://x").error().message.find("https is not supported"),
+            std::string::npos);
 }
 
 TEST(McpHttpBackend, EncodesPaths) {
@@ -82,9 +83,12 @@ TEST(McpHttpBackend, ParsesServerSentEvents) {
 }
 
 TEST(McpHttpBackend, MapsErrors) {
-  EXPECT_EQ(ErrorFromReply(410, R"({"error":{"code":"session_gone","message":"reaped after idle"}})").code,
-            Code::kNotFound);
-  EXPECT_NE(ErrorFromReply(410, R"({"error":{"message":"reaped"}})").message.find("reaped"), std::string::npos);
+  EXPECT_EQ(
+      ErrorFromReply(410, R"({"error":{"code":"session_gone","message":"reaped after idle"}})")
+          .code,
+      Code::kNotFound);
+  EXPECT_NE(ErrorFromReply(410, R"({"error":{"message":"reaped"}})").message.find("reaped"),
+            std::string::npos);
   EXPECT_EQ(ErrorFromReply(404, "").code, Code::kNotFound);
   EXPECT_EQ(ErrorFromReply(409, R"({"error":{"code":"session_busy"}})").code, Code::kAborted);
   EXPECT_EQ(ErrorFromReply(400, R"({"error":{"message":"path: has .."}})").message, "path: has ..");
@@ -158,9 +162,11 @@ class FakeKilnServer {
       off += static_cast<size_t>(n);
     }
   }
-  static void Reply(int c, int status, const std::string& body, const std::string& type = "application/json") {
+  static void Reply(int c, int status, const std::string& body,
+                    const std::string& type = "application/json") {
     Send(c, "HTTP/1.1 " + std::to_string(status) + " X\r\nContent-Type: " + type +
-                "\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+                "\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) +
+                "\r\n\r\n" + body);
   }
   static std::string Header(const std::string& head, const std::string& name) {
     const std::string key = "\r\n" + name + ": ";
@@ -188,7 +194,8 @@ class FakeKilnServer {
     }
     Seen s;
     s.method = head.substr(0, head.find(' '));
-    s.target = head.substr(head.find(' ') + 1, head.find(' ', head.find(' ') + 1) - head.find(' ') - 1);
+    s.target =
+        head.substr(head.find(' ') + 1, head.find(' ', head.find(' ') + 1) - head.find(' ') - 1);
     s.auth = Header(head, "Authorization");
     s.accept = Header(head, "Accept");
     s.content_type = Header(head, "Content-Type");
@@ -202,13 +209,15 @@ class FakeKilnServer {
       cv_.wait(lock, [&] { return stop_.load(); });
       return;
     }
-    if (s.auth != "Bearer good") return Reply(c, 401, R"({"error":{"code":"unauthenticated","message":"bad key"}})");
+    if (s.auth != "Bearer good")
+      return Reply(c, 401, R"({"error":{"code":"unauthenticated","message":"bad key"}})");
     const std::string sessions = "/v1/sessions";
     if (s.method == "POST" && s.target == sessions) {
       return Reply(c, 201, R"({"id":"abc","state":"ready"})");
     }
     if (s.target.rfind(sessions + "/gone", 0) == 0) {
-      return Reply(c, 410, R"({"error":{"code":"session_gone","message":"reaped after 600 s idle"}})");
+      return Reply(c, 410,
+                   R"({"error":{"code":"session_gone","message":"reaped after 600 s idle"}})");
     }
     if (s.method == "DELETE" && s.target == sessions + "/abc") return Reply(c, 204, "");
     if (s.method == "POST" && s.target == sessions + "/abc/interrupt") {
@@ -219,24 +228,33 @@ class FakeKilnServer {
     }
     if (s.method == "POST" && s.target == sessions + "/abc/execute") {
       const json req = json::parse(s.body);
-      if (req["code"] == "busy") return Reply(c, 409, R"({"error":{"code":"session_busy","message":"a cell runs"}})");
+      if (req["code"] == "busy")
+        return Reply(c, 409, R"({"error":{"code":"session_busy","message":"a cell runs"}})");
       if (req["code"] == "json") return Reply(c, 200, R"({"status":"ok","stdout":"j"})");
-      Send(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n");
+      Send(c,
+           "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: "
+           "no-cache\r\nConnection: close\r\n\r\n");
       Send(c, ": hello\n\nevent: stdout\ndata: {\"text\": \"one\\n\"}\n\n");
       std::this_thread::sleep_for(50ms);
-      Send(c, "event: stderr\ndata: {\"text\": \"warn\\n\"}\n\nevent: display\ndata: {\"output_type\": \"display_data\"}\n\n");
+      Send(c,
+           "event: stderr\ndata: {\"text\": \"warn\\n\"}\n\nevent: display\ndata: "
+           "{\"output_type\": \"display_data\"}\n\n");
       if (req["code"] == "wait") {
         std::unique_lock<std::mutex> lock(m_);
         cv_.wait_for(lock, 10s, [&] { return interrupted_; });
       }
       if (req["code"] == "cut") return;  // the stream ends without `done`
       if (req["code"] == "die") {  // the session ended under the cell: `done` is the error body
-        Send(c, "event: done\ndata: {\"error\":{\"code\":\"session_gone\",\"message\":\"killed\"}}\n\n");
+        Send(c,
+             "event: done\ndata: "
+             "{\"error\":{\"code\":\"session_gone\",\"message\":\"killed\"}}\n\n");
         return;
       }
       Send(c, "event: do");  // split mid-field
       std::this_thread::sleep_for(20ms);
-      const json done = {{"status", interrupted_ ? "error" : "ok"}, {"stdout", "one\n"}, {"session_state", "kept"},
+      const json done = {{"status", interrupted_ ? "error" : "ok"},
+                         {"stdout", "one\n"},
+                         {"session_state", "kept"},
                          {"timeout_seen", req.contains("timeout") ? req["timeout"] : json()}};
       Send(c, "ne\ndata: " + done.dump() + "\n\n");
       return;
@@ -252,7 +270,8 @@ class FakeKilnServer {
     if (s.method == "GET" && s.target.rfind(sessions + "/abc/files/", 0) == 0) {
       std::lock_guard<std::mutex> lock(m_);
       auto it = files_.find(s.target.substr(sessions.size() + 11));
-      if (it == files_.end()) return Reply(c, 404, R"({"error":{"code":"not_found","message":"no such file"}})");
+      if (it == files_.end())
+        return Reply(c, 404, R"({"error":{"code":"not_found","message":"no such file"}})");
       return Reply(c, 200, it->second, "application/octet-stream");
     }
     Reply(c, 404, R"({"error":{"code":"not_found","message":"no route"}})");

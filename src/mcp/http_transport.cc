@@ -50,7 +50,9 @@ HttpReply Refuse(int status, int code, const std::string& message, const json& i
   return JsonReply(status, jsonrpc::ErrorResponse(id, code, message), std::move(headers));
 }
 
-std::string SseEvent(const json& message) { return "event: message\ndata: " + jsonrpc::Serialize(message) + "\n\n"; }
+std::string SseEvent(const json& message) {
+  return "event: message\ndata: " + jsonrpc::Serialize(message) + "\n\n";
+}
 
 // The messages of one request, from the engine's threads to the HTTP thread.
 struct Channel {
@@ -151,7 +153,8 @@ void HttpService::Shutdown() {
   for (auto& [id, s] : all) s->engine->Shutdown();
 }
 
-std::shared_ptr<HttpService::Session> HttpService::Find(const std::string& id, const std::string& tenant) {
+std::shared_ptr<HttpService::Session> HttpService::Find(const std::string& id,
+                                                        const std::string& tenant) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto it = sessions_.find(id);
   // Another tenant's session is "not found", exactly as an unknown one.
@@ -162,13 +165,15 @@ std::shared_ptr<HttpService::Session> HttpService::Find(const std::string& id, c
 std::optional<HttpReply> HttpService::Handle(const HttpRequest& request, SseWriter* sse) {
   if (!OriginAllowed(request.origin, options_.allowed_origins)) {
     KILN_LOG_WARN("mcp: refused origin {}", request.origin.substr(0, 200));
-    return Refuse(403, jsonrpc::kServerError, "Forbidden: the Origin " + request.origin.substr(0, 200) +
-                                                  " is not allowed (see server.mcp_allowed_origins)");
+    return Refuse(403, jsonrpc::kServerError,
+                  "Forbidden: the Origin " + request.origin.substr(0, 200) +
+                      " is not allowed (see server.mcp_allowed_origins)");
   }
   if (request.method == "POST") return Post(request, sse);
   if (request.method == "DELETE") {
     if (!request.session_id) {
-      return Refuse(400, jsonrpc::kServerError, "Bad Request: DELETE needs the Mcp-Session-Id header");
+      return Refuse(400, jsonrpc::kServerError,
+                    "Bad Request: DELETE needs the Mcp-Session-Id header");
     }
     std::shared_ptr<Session> s;
     {
@@ -187,9 +192,10 @@ std::optional<HttpReply> HttpService::Handle(const HttpRequest& request, SseWrit
   }
   const HttpHeaders allow = {{"Allow", "POST, DELETE"}};
   if (request.method == "GET") {
-    return Refuse(405, jsonrpc::kServerError,
-                  "Method Not Allowed: this server sends no messages outside the responses to requests", nullptr,
-                  allow);
+    return Refuse(
+        405, jsonrpc::kServerError,
+        "Method Not Allowed: this server sends no messages outside the responses to requests",
+        nullptr, allow);
   }
   return Refuse(405, jsonrpc::kServerError, "Method Not Allowed: use POST", nullptr, allow);
 }
@@ -197,7 +203,8 @@ std::optional<HttpReply> HttpService::Handle(const HttpRequest& request, SseWrit
 std::optional<HttpReply> HttpService::Post(const HttpRequest& request, SseWriter* sse) {
   const std::string content_type = Lower(request.content_type);
   if (content_type.rfind("application/json", 0) != 0) {
-    return Refuse(415, jsonrpc::kServerError, "Unsupported Media Type: the body must be application/json");
+    return Refuse(415, jsonrpc::kServerError,
+                  "Unsupported Media Type: the body must be application/json");
   }
   const std::string accept = Lower(request.accept);
   const bool any = accept.empty() || accept.find("*/*") != std::string::npos;
@@ -214,31 +221,37 @@ std::optional<HttpReply> HttpService::Post(const HttpRequest& request, SseWriter
   if (!parsed) return Refuse(400, jsonrpc::kParseError, "Parse error: the body is not valid JSON");
   const jsonrpc::Message m = jsonrpc::Classify(*parsed);
   if (m.kind == jsonrpc::Kind::kInvalid) return Refuse(400, m.error_code, m.error, m.id);
-  if (m.kind == jsonrpc::Kind::kNotification && m.error_code != 0) return Refuse(400, m.error_code, m.error);
+  if (m.kind == jsonrpc::Kind::kNotification && m.error_code != 0)
+    return Refuse(400, m.error_code, m.error);
   // The header follows the negotiation; initialize negotiates in its body.
   const bool initialize = m.kind == jsonrpc::Kind::kRequest && m.method == "initialize";
-  if (!initialize && request.protocol_version && !IsSupportedProtocolVersion(*request.protocol_version)) {
+  if (!initialize && request.protocol_version &&
+      !IsSupportedProtocolVersion(*request.protocol_version)) {
     return Refuse(400, jsonrpc::kServerError,
-                  "Bad Request: unsupported MCP-Protocol-Version " + request.protocol_version->substr(0, 100) +
+                  "Bad Request: unsupported MCP-Protocol-Version " +
+                      request.protocol_version->substr(0, 100) +
                       " (supported: 2025-11-25, 2025-06-18, 2025-03-26, 2024-11-05)",
                   m.id);
   }
 
   if (initialize) {
     if (request.session_id) {
-      return Refuse(400, jsonrpc::kInvalidRequest,
-                    "Invalid Request: initialize starts a new session: send it without Mcp-Session-Id", m.id);
+      return Refuse(
+          400, jsonrpc::kInvalidRequest,
+          "Invalid Request: initialize starts a new session: send it without Mcp-Session-Id", m.id);
     }
     return Initialize(request, *parsed, sse, !json_ok);
   }
   if (!request.session_id) {
     return Refuse(400, jsonrpc::kServerError,
-                  "Bad Request: no Mcp-Session-Id header: send initialize first to start a session", m.id);
+                  "Bad Request: no Mcp-Session-Id header: send initialize first to start a session",
+                  m.id);
   }
   std::shared_ptr<Session> s = Find(*request.session_id, request.tenant);
   if (!s) {
     return Refuse(404, jsonrpc::kSessionNotFound,
-                  "Session not found: it ended or never existed; start a new one with initialize", m.id);
+                  "Session not found: it ended or never existed; start a new one with initialize",
+                  m.id);
   }
   if (m.kind != jsonrpc::Kind::kRequest) {
     s->engine->Handle(*parsed, [](const json&, bool) {});
@@ -250,8 +263,8 @@ std::optional<HttpReply> HttpService::Post(const HttpRequest& request, SseWriter
   return Answer(*s->engine, *parsed, stream, sse, {});
 }
 
-std::optional<HttpReply> HttpService::Initialize(const HttpRequest& request, const json& message, SseWriter* sse,
-                                                 bool sse_only) {
+std::optional<HttpReply> HttpService::Initialize(const HttpRequest& request, const json& message,
+                                                 SseWriter* sse, bool sse_only) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return Refuse(503, jsonrpc::kServerError, "the server is shutting down");
@@ -291,7 +304,9 @@ std::optional<HttpReply> HttpService::Initialize(const HttpRequest& request, con
   const HttpHeaders headers = {{"Mcp-Session-Id", *id}};
   if (sse_only) {
     const std::string event = SseEvent(response);
-    if (sse->Begin(200, {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}, {"Mcp-Session-Id", *id}})) {
+    if (sse->Begin(200, {{"Content-Type", "text/event-stream"},
+                         {"Cache-Control", "no-cache"},
+                         {"Mcp-Session-Id", *id}})) {
       sse->Write(event);
     }
     sse->End();
@@ -300,8 +315,8 @@ std::optional<HttpReply> HttpService::Initialize(const HttpRequest& request, con
   return JsonReply(200, response, headers);
 }
 
-std::optional<HttpReply> HttpService::Answer(Engine& engine, const json& message, bool stream, SseWriter* sse,
-                                             const HttpHeaders& extra_headers) {
+std::optional<HttpReply> HttpService::Answer(Engine& engine, const json& message, bool stream,
+                                             SseWriter* sse, const HttpHeaders& extra_headers) {
   auto channel = std::make_shared<Channel>();
   const Engine::Emit emit = [channel](const json& m, bool final) {
     std::lock_guard<std::mutex> lock(channel->m);
@@ -319,7 +334,8 @@ std::optional<HttpReply> HttpService::Answer(Engine& engine, const json& message
     channel->cv.wait(lock, [&] { return channel->final; });
     // Only the response goes in a JSON reply (progress needs a stream).
     if (!channel->answered) {
-      return JsonReply(200, jsonrpc::ErrorResponse(id, jsonrpc::kServerError, "Request cancelled"), extra_headers);
+      return JsonReply(200, jsonrpc::ErrorResponse(id, jsonrpc::kServerError, "Request cancelled"),
+                       extra_headers);
     }
     return JsonReply(200, channel->messages.back(), extra_headers);
   }

@@ -46,8 +46,8 @@ struct HttpRequest {
   std::string method;  // "POST", "GET", "DELETE", ...
   std::string accept;
   std::string content_type;
-  std::string origin;                    // empty: none sent
-  std::optional<std::string> session_id;  // Mcp-Session-Id
+  std::string origin;                           // empty: none sent
+  std::optional<std::string> session_id;        // Mcp-Session-Id
   std::optional<std::string> protocol_version;  // MCP-Protocol-Version
   std::string body;
   std::string tenant;  // the authenticated tenant
@@ -77,7 +77,7 @@ class SseWriter {
 struct HttpServiceOptions {
   std::vector<std::string> allowed_origins;  // exact "scheme://host[:port]", or "*"
   std::chrono::milliseconds idle_ttl{std::chrono::seconds(600)};
-  size_t max_sessions = 256;             // MCP sessions of all tenants
+  size_t max_sessions = 256;  // MCP sessions of all tenants
   size_t max_sessions_per_tenant = 32;
   std::chrono::milliseconds keepalive{std::chrono::seconds(15)};  // an SSE comment this often
   EngineOptions engine;
@@ -113,11 +113,11 @@ class HttpService final {
     std::shared_ptr<Engine> engine;
   };
   std::optional<HttpReply> Post(const HttpRequest& request, SseWriter* sse);
-  std::optional<HttpReply> Initialize(const HttpRequest& request, const nlohmann::json& message, SseWriter* sse,
-                                      bool sse_only);
+  std::optional<HttpReply> Initialize(const HttpRequest& request, const nlohmann::json& message,
+                                      SseWriter* sse, bool sse_only);
   // Runs a request on `engine` and answers it as JSON or SSE.
-  std::optional<HttpReply> Answer(Engine& engine, const nlohmann::json& message, bool stream, SseWriter* sse,
-                                  const HttpHeaders& extra_headers);
+  std::optional<HttpReply> Answer(Engine& engine, const nlohmann::json& message, bool stream,
+                                  SseWriter* sse, const HttpHeaders& extra_headers);
   std::shared_ptr<Session> Find(const std::string& id, const std::string& tenant);
 
   BackendFactory factory_;

@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "mcp/fake_backend_test.h"
-#include "mcp/jsonrpc.h"
 #include "mcp/http_backend.h"
+#include "mcp/jsonrpc.h"
 
 namespace kiln::mcp {
 namespace {
@@ -98,17 +98,19 @@ class McpHttp : public ::testing::Test {
   }
   // initialize; returns the session id.
   std::string Init(const std::string& tenant = "acme") {
-    const auto r = service->Handle(Post({{"jsonrpc", "2.0"},
-                                         {"id", 1},
-                                         {"method", "initialize"},
-                                         {"params", {{"protocolVersion", "2025-11-25"}, {"capabilities", json::object()}}}},
-                                        std::nullopt, tenant),
-                                   &sse);
+    const auto r = service->Handle(
+        Post({{"jsonrpc", "2.0"},
+              {"id", 1},
+              {"method", "initialize"},
+              {"params", {{"protocolVersion", "2025-11-25"}, {"capabilities", json::object()}}}},
+             std::nullopt, tenant),
+        &sse);
     EXPECT_TRUE(r.has_value());
     if (!r) return "";
     EXPECT_EQ(r->status, 200) << r->body;
     const std::string id = HeaderOf(*r, "Mcp-Session-Id");
-    auto initialized = service->Handle(Post({{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}}, id, tenant), &sse);
+    auto initialized = service->Handle(
+        Post({{"jsonrpc", "2.0"}, {"method", "notifications/initialized"}}, id, tenant), &sse);
     EXPECT_EQ(initialized->status, 202);
     EXPECT_TRUE(initialized->body.empty());
     return id;
@@ -144,18 +146,23 @@ TEST_F(McpHttp, RequestsWithoutASessionAre400WithAJsonRpcError) {
   }
   // initialize with a session id is refused too.
   const std::string id = Init();
-  const auto again = service->Handle(
-      Post({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "initialize"}, {"params", {{"protocolVersion", "2025-11-25"}}}}, id),
-      &sse);
+  const auto again = service->Handle(Post({{"jsonrpc", "2.0"},
+                                           {"id", 1},
+                                           {"method", "initialize"},
+                                           {"params", {{"protocolVersion", "2025-11-25"}}}},
+                                          id),
+                                     &sse);
   EXPECT_EQ(again->status, 400);
 }
 
 TEST_F(McpHttp, UnknownAndOtherTenantsSessionsAre404) {
   const std::string mine = Init("acme");
-  auto r = service->Handle(Post({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "ping"}}, mine, "other"), &sse);
+  auto r = service->Handle(Post({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "ping"}}, mine, "other"),
+                           &sse);
   EXPECT_EQ(r->status, 404);
   EXPECT_EQ(Body(*r)["error"]["code"], jsonrpc::kSessionNotFound);
-  r = service->Handle(Post({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "ping"}}, std::string(64, 'a')), &sse);
+  r = service->Handle(
+      Post({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "ping"}}, std::string(64, 'a')), &sse);
   EXPECT_EQ(r->status, 404);
   // Nor can the other tenant end it.
   HttpRequest del;
@@ -165,7 +172,8 @@ TEST_F(McpHttp, UnknownAndOtherTenantsSessionsAre404) {
   EXPECT_EQ(service->Handle(del, &sse)->status, 404);
   EXPECT_EQ(service->sessions(), 1u);
   // The owner still can use it.
-  r = service->Handle(Post({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "ping"}}, mine, "acme"), &sse);
+  r = service->Handle(Post({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "ping"}}, mine, "acme"),
+                      &sse);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(Body(*r)["result"], json::object());
 }
@@ -173,20 +181,23 @@ TEST_F(McpHttp, UnknownAndOtherTenantsSessionsAre404) {
 TEST_F(McpHttp, MalformedBodies) {
   const std::string id = Init();
   HttpRequest r = Post(json(), id);
-  for (const std::string body : {"", "{", "[]", "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]", "7",
-                                 "{\"jsonrpc\":\"2.0\",\"id\":1}"}) {
+  for (const std::string body :
+       {"", "{", "[]", "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]", "7",
+        "{\"jsonrpc\":\"2.0\",\"id\":1}"}) {
     r.body = body;
     const auto reply = service->Handle(r, &sse);
     EXPECT_EQ(reply->status, 400) << body;
     const int code = Body(*reply)["error"]["code"];
-    EXPECT_TRUE(code == jsonrpc::kParseError || code == jsonrpc::kInvalidRequest) << body << " " << code;
+    EXPECT_TRUE(code == jsonrpc::kParseError || code == jsonrpc::kInvalidRequest)
+        << body << " " << code;
   }
   r.body = "{";
   EXPECT_EQ(Body(*service->Handle(r, &sse))["error"]["code"], jsonrpc::kParseError);
   r.body = "[]";
   EXPECT_EQ(Body(*service->Handle(r, &sse))["error"]["code"], jsonrpc::kInvalidRequest);
   // Unknown methods are answered with the JSON-RPC error (HTTP 200).
-  const auto unknown = service->Handle(Post({{"jsonrpc", "2.0"}, {"id", 2}, {"method", "nope"}}, id), &sse);
+  const auto unknown =
+      service->Handle(Post({{"jsonrpc", "2.0"}, {"id", 2}, {"method", "nope"}}, id), &sse);
   EXPECT_EQ(unknown->status, 200);
   EXPECT_EQ(Body(*unknown)["error"]["code"], jsonrpc::kMethodNotFound);
 }
@@ -205,7 +216,10 @@ TEST_F(McpHttp, HeadersAndMethods) {
   r.protocol_version = "2025-06-18";
   EXPECT_EQ(service->Handle(r, &sse)->status, 200);
   // initialize negotiates in its body: a newer client's header does not stop it.
-  HttpRequest init = Post({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "initialize"}, {"params", {{"protocolVersion", "2099-01-01"}}}});
+  HttpRequest init = Post({{"jsonrpc", "2.0"},
+                           {"id", 1},
+                           {"method", "initialize"},
+                           {"params", {{"protocolVersion", "2099-01-01"}}}});
   init.protocol_version = "2099-01-01";
   const auto negotiated = service->Handle(init, &sse);
   EXPECT_EQ(negotiated->status, 200);
@@ -226,19 +240,23 @@ TEST_F(McpHttp, HeadersAndMethods) {
 }
 
 TEST_F(McpHttp, Origins) {
-  for (const std::string ok : {"", "http://localhost", "http://localhost:3000", "https://127.0.0.1:8443",
-                               "http://[::1]:80", "HTTP://LOCALHOST"}) {
+  for (const std::string ok : {"", "http://localhost", "http://localhost:3000",
+                               "https://127.0.0.1:8443", "http://[::1]:80", "HTTP://LOCALHOST"}) {
     EXPECT_TRUE(OriginAllowed(ok, {})) << ok;
   }
-  for (const std::string bad : {"null", "http://evil.example", "http://localhost.evil.example",
-                                "http://127.0.0.1.nip.io", "http://localhost:80@evil", "file://", "http://[::2]"}) {
+  for (const std::string bad :
+       {"null", "http://evil.example", "http://localhost.evil.example", "http://127.0.0.1.nip.io",
+        "http://localhost:80@evil", "file://", "http://[::2]"}) {
     EXPECT_FALSE(OriginAllowed(bad, {})) << bad;
   }
   EXPECT_TRUE(OriginAllowed("https://app.example", {"https://app.example"}));
   EXPECT_FALSE(OriginAllowed("https://app.example:444", {"https://app.example"}));
   EXPECT_TRUE(OriginAllowed("https://any.example", {"*"}));
 
-  HttpRequest r = Post({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "initialize"}, {"params", {{"protocolVersion", "2025-11-25"}}}});
+  HttpRequest r = Post({{"jsonrpc", "2.0"},
+                        {"id", 1},
+                        {"method", "initialize"},
+                        {"params", {{"protocolVersion", "2025-11-25"}}}});
   r.origin = "http://evil.example";
   const auto refused = service->Handle(r, &sse);
   EXPECT_EQ(refused->status, 403);
@@ -249,7 +267,8 @@ TEST_F(McpHttp, Origins) {
 TEST_F(McpHttp, JsonOrSseAsAcceptAllows) {
   const std::string id = Init();
   // tools/list: JSON.
-  auto r = service->Handle(Post({{"jsonrpc", "2.0"}, {"id", 2}, {"method", "tools/list"}}, id), &sse);
+  auto r =
+      service->Handle(Post({{"jsonrpc", "2.0"}, {"id", 2}, {"method", "tools/list"}}, id), &sse);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(Body(*r)["result"]["tools"].size(), 5u);
@@ -257,7 +276,10 @@ TEST_F(McpHttp, JsonOrSseAsAcceptAllows) {
   r = service->Handle(Post({{"jsonrpc", "2.0"},
                             {"id", 3},
                             {"method", "tools/call"},
-                            {"params", {{"name", "run_python"}, {"arguments", {{"code", "stream"}}}, {"_meta", {{"progressToken", "p"}}}}}},
+                            {"params",
+                             {{"name", "run_python"},
+                              {"arguments", {{"code", "stream"}}},
+                              {"_meta", {{"progressToken", "p"}}}}}},
                            id),
                       &sse);
   EXPECT_FALSE(r.has_value());
@@ -270,9 +292,12 @@ TEST_F(McpHttp, JsonOrSseAsAcceptAllows) {
   EXPECT_EQ(messages.back()["id"], 3);
   EXPECT_EQ(messages.back()["result"]["isError"], false);
   // A client that accepts JSON only gets JSON, even for tools/call.
-  HttpRequest json_only = Post({{"jsonrpc", "2.0"}, {"id", 4}, {"method", "tools/call"},
-                                {"params", {{"name", "run_python"}, {"arguments", {{"code", "x"}}}}}},
-                               id);
+  HttpRequest json_only =
+      Post({{"jsonrpc", "2.0"},
+            {"id", 4},
+            {"method", "tools/call"},
+            {"params", {{"name", "run_python"}, {"arguments", {{"code", "x"}}}}}},
+           id);
   json_only.accept = "application/json";
   r = service->Handle(json_only, &sse);
   ASSERT_TRUE(r);
@@ -289,18 +314,24 @@ TEST_F(McpHttp, JsonOrSseAsAcceptAllows) {
 TEST_F(McpHttp, CancellationEndsTheStreamWithoutAResponse) {
   const std::string id = Init();
   auto pending = std::async(std::launch::async, [&] {
-    return service->Handle(Post({{"jsonrpc", "2.0"}, {"id", "c"}, {"method", "tools/call"},
-                                 {"params", {{"name", "run_python"}, {"arguments", {{"code", "block"}}}}}},
-                                id),
-                           &sse);
+    return service->Handle(
+        Post({{"jsonrpc", "2.0"},
+              {"id", "c"},
+              {"method", "tools/call"},
+              {"params", {{"name", "run_python"}, {"arguments", {{"code", "block"}}}}}},
+             id),
+        &sse);
   });
   {
     std::unique_lock<std::mutex> lock(state->m);
     ASSERT_TRUE(state->cv.wait_for(lock, 5s, [&] { return state->running > 0; }));
   }
   RecordingSse other;
-  const auto c = service->Handle(
-      Post({{"jsonrpc", "2.0"}, {"method", "notifications/cancelled"}, {"params", {{"requestId", "c"}}}}, id), &other);
+  const auto c = service->Handle(Post({{"jsonrpc", "2.0"},
+                                       {"method", "notifications/cancelled"},
+                                       {"params", {{"requestId", "c"}}}},
+                                      id),
+                                 &other);
   EXPECT_EQ(c->status, 202);
   ASSERT_EQ(pending.wait_for(5s), std::future_status::ready);
   EXPECT_FALSE(pending.get().has_value());
@@ -311,7 +342,9 @@ TEST_F(McpHttp, CancellationEndsTheStreamWithoutAResponse) {
 
 TEST_F(McpHttp, DeleteEndsTheSessionAndItsKilnSession) {
   const std::string id = Init();
-  service->Handle(Post({{"jsonrpc", "2.0"}, {"id", 2}, {"method", "tools/call"},
+  service->Handle(Post({{"jsonrpc", "2.0"},
+                        {"id", 2},
+                        {"method", "tools/call"},
                         {"params", {{"name", "run_python"}, {"arguments", {{"code", "x = 1"}}}}}},
                        id),
                   &sse);
@@ -322,7 +355,9 @@ TEST_F(McpHttp, DeleteEndsTheSessionAndItsKilnSession) {
   del.tenant = "acme";
   EXPECT_EQ(service->Handle(del, &sse)->status, 204);
   EXPECT_EQ(state->deleted, state->created);
-  EXPECT_EQ(service->Handle(Post({{"jsonrpc", "2.0"}, {"id", 3}, {"method", "ping"}}, id), &sse)->status, 404);
+  EXPECT_EQ(
+      service->Handle(Post({{"jsonrpc", "2.0"}, {"id", 3}, {"method", "ping"}}, id), &sse)->status,
+      404);
   EXPECT_EQ(service->Handle(del, &sse)->status, 404);
 }
 
@@ -331,16 +366,20 @@ TEST_F(McpHttp, IdleSessionsAreReaped) {
   o.idle_ttl = std::chrono::milliseconds(200);
   Make(o);
   const std::string id = Init();
-  service->Handle(Post({{"jsonrpc", "2.0"}, {"id", 2}, {"method", "tools/call"},
+  service->Handle(Post({{"jsonrpc", "2.0"},
+                        {"id", 2},
+                        {"method", "tools/call"},
                         {"params", {{"name", "run_python"}, {"arguments", {{"code", "x = 1"}}}}}},
                        id),
                   &sse);
   service->ReapIdle();
-  EXPECT_EQ(service->sessions(), 1u);  // not idle yet
+  EXPECT_EQ(service->sessions(), 1u);   // not idle yet
   std::this_thread::sleep_for(1500ms);  // the reaper thread's second goes by
   EXPECT_EQ(service->sessions(), 0u);
   EXPECT_EQ(state->deleted, state->created);
-  EXPECT_EQ(service->Handle(Post({{"jsonrpc", "2.0"}, {"id", 3}, {"method", "ping"}}, id), &sse)->status, 404);
+  EXPECT_EQ(
+      service->Handle(Post({{"jsonrpc", "2.0"}, {"id", 3}, {"method", "ping"}}, id), &sse)->status,
+      404);
 }
 
 TEST_F(McpHttp, SessionCaps) {
@@ -350,17 +389,26 @@ TEST_F(McpHttp, SessionCaps) {
   Make(o);
   Init("a");
   Init("a");
-  const json init = {{"jsonrpc", "2.0"}, {"id", 1}, {"method", "initialize"}, {"params", {{"protocolVersion", "2025-11-25"}}}};
+  const json init = {{"jsonrpc", "2.0"},
+                     {"id", 1},
+                     {"method", "initialize"},
+                     {"params", {{"protocolVersion", "2025-11-25"}}}};
   EXPECT_EQ(service->Handle(Post(init, std::nullopt, "a"), &sse)->status, 429);
   Init("b");
   EXPECT_EQ(service->Handle(Post(init, std::nullopt, "c"), &sse)->status, 503);
   // A failed initialize starts nothing.
-  EXPECT_EQ(service->Handle(Post({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "initialize"}}, std::nullopt, "z"), &sse)->status,
+  EXPECT_EQ(service
+                ->Handle(Post({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "initialize"}},
+                              std::nullopt, "z"),
+                         &sse)
+                ->status,
             503);
 }
 
 TEST_F(McpHttp, AFailedInitializeStartsNoSession) {
-  const auto r = service->Handle(Post({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "initialize"}, {"params", json::object()}}), &sse);
+  const auto r = service->Handle(
+      Post({{"jsonrpc", "2.0"}, {"id", 1}, {"method", "initialize"}, {"params", json::object()}}),
+      &sse);
   EXPECT_EQ(r->status, 400);
   EXPECT_EQ(Body(*r)["error"]["code"], jsonrpc::kInvalidParams);
   EXPECT_TRUE(HeaderOf(*r, "Mcp-Session-Id").empty());

@@ -55,10 +55,12 @@ std::optional<nlohmann::json> Parse(std::string_view text) {
 
 Message Classify(const nlohmann::json& value) {
   if (value.is_array()) {
-    return Invalid(nullptr, kInvalidRequest,
-                   "Invalid Request: JSON-RPC batches are not supported (MCP 2025-06-18 and later)");
+    return Invalid(
+        nullptr, kInvalidRequest,
+        "Invalid Request: JSON-RPC batches are not supported (MCP 2025-06-18 and later)");
   }
-  if (!value.is_object()) return Invalid(nullptr, kInvalidRequest, "Invalid Request: not a JSON-RPC object");
+  if (!value.is_object())
+    return Invalid(nullptr, kInvalidRequest, "Invalid Request: not a JSON-RPC object");
   const auto id_it = value.find("id");
   const bool has_id = id_it != value.end();
   const nlohmann::json id = has_id && ValidId(*id_it) ? *id_it : nlohmann::json(nullptr);
@@ -67,7 +69,8 @@ Message Classify(const nlohmann::json& value) {
     return Invalid(id, kInvalidRequest, "Invalid Request: \"jsonrpc\" must be \"2.0\"");
   }
   if (has_id && !ValidId(*id_it)) {
-    return Invalid(nullptr, kInvalidRequest, "Invalid Request: \"id\" must be a string or an integer");
+    return Invalid(nullptr, kInvalidRequest,
+                   "Invalid Request: \"id\" must be a string or an integer");
   }
   const auto method = value.find("method");
   if (method == value.end()) {
@@ -105,7 +108,9 @@ nlohmann::json Response(const nlohmann::json& id, nlohmann::json result) {
 }
 
 nlohmann::json ErrorResponse(const nlohmann::json& id, int code, std::string_view message) {
-  return {{"jsonrpc", "2.0"}, {"id", id}, {"error", {{"code", code}, {"message", std::string(message)}}}};
+  return {{"jsonrpc", "2.0"},
+          {"id", id},
+          {"error", {{"code", code}, {"message", std::string(message)}}}};
 }
 
 nlohmann::json Notification(std::string_view method, nlohmann::json params) {

@@ -6,11 +6,10 @@
 // is type-checked before use.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 namespace kiln::mcp::jsonrpc {
 
@@ -35,7 +34,7 @@ enum class Kind {
 
 struct Message {
   Kind kind = Kind::kInvalid;
-  nlohmann::json id;      // string or integer; null when absent or invalid
+  nlohmann::json id;  // string or integer; null when absent or invalid
   std::string method;
   nlohmann::json params;  // an object (empty when absent)
   int error_code = 0;     // for kInvalid

@@ -39,8 +39,8 @@ std::string LimitsText(const config::Profile& profile) {
     text += " (the timeout argument raises it, up to " + Num(max_timeout) + " s)";
   }
   text += ", with " + FormatSize(l.memory_bytes) + " of memory and " + Num(l.cpus) + " CPU" +
-          (l.cpus == 1 ? "" : "s") + "; stdout and stderr are capped at " + FormatSize(l.output_bytes) +
-          " each, /workspace at " + FormatSize(l.workspace_bytes);
+          (l.cpus == 1 ? "" : "s") + "; stdout and stderr are capped at " +
+          FormatSize(l.output_bytes) + " each, /workspace at " + FormatSize(l.workspace_bytes);
   return text;
 }
 
@@ -48,7 +48,8 @@ Result<std::string> LocalBackend::CreateSession() {
   auto created = manager_->Create(caller_, options_);
   if (!created.ok()) return Mapped(std::move(created).error());
   const auto id = created->find("id");
-  if (id == created->end() || !id->is_string()) return Internal("the session manager returned no session id");
+  if (id == created->end() || !id->is_string())
+    return Internal("the session manager returned no session id");
   return id->get<std::string>();
 }
 
@@ -56,9 +57,9 @@ Status LocalBackend::DeleteSession(const std::string& session) {
   return Mapped(manager_->Delete(caller_, session));
 }
 
-Result<nlohmann::json> LocalBackend::Execute(const std::string& session, const std::string& code,
-                                             std::optional<double> timeout_s,
-                                             const std::function<void(const nlohmann::json&)>& on_event) {
+Result<nlohmann::json> LocalBackend::Execute(
+    const std::string& session, const std::string& code, std::optional<double> timeout_s,
+    const std::function<void(const nlohmann::json&)>& on_event) {
   spawner::EventFn events;
   if (on_event) {
     events = [&on_event](std::string_view event, const nlohmann::json& data) {
@@ -88,7 +89,8 @@ Status LocalBackend::Interrupt(const std::string& session) {
   return OkStatus();
 }
 
-Status LocalBackend::PutFile(const std::string& session, const std::string& path, const std::string& bytes) {
+Status LocalBackend::PutFile(const std::string& session, const std::string& path,
+                             const std::string& bytes) {
   return Mapped(manager_->PutFile(caller_, session, path, bytes));
 }
 

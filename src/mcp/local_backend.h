@@ -20,16 +20,18 @@ std::string LimitsText(const config::Profile& profile);
 class LocalBackend final : public Backend {
  public:
   // `manager` outlives the backend.
-  LocalBackend(sessions::SessionManager* manager, sessions::Caller caller, sessions::SessionOptions options = {})
+  LocalBackend(sessions::SessionManager* manager, sessions::Caller caller,
+               sessions::SessionOptions options = {})
       : manager_(manager), caller_(std::move(caller)), options_(std::move(options)) {}
 
   Result<std::string> CreateSession() override;
   Status DeleteSession(const std::string& session) override;
-  Result<nlohmann::json> Execute(const std::string& session, const std::string& code,
-                                 std::optional<double> timeout_s,
-                                 const std::function<void(const nlohmann::json&)>& on_event) override;
+  Result<nlohmann::json> Execute(
+      const std::string& session, const std::string& code, std::optional<double> timeout_s,
+      const std::function<void(const nlohmann::json&)>& on_event) override;
   Status Interrupt(const std::string& session) override;
-  Status PutFile(const std::string& session, const std::string& path, const std::string& bytes) override;
+  Status PutFile(const std::string& session, const std::string& path,
+                 const std::string& bytes) override;
   Result<std::string> GetFile(const std::string& session, const std::string& path) override;
   Result<nlohmann::json> ListFiles(const std::string& session) override;
 

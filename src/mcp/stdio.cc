@@ -92,7 +92,8 @@ StdioEnd RunStdio(Engine& engine, int in_fd, int out_fd, int stop_fd, const Stdi
     const size_t got = static_cast<size_t>(n);
     while (start < got) {
       const void* nl_ptr = std::memchr(buf + start, '\n', got - start);
-      const size_t nl = nl_ptr == nullptr ? got : static_cast<size_t>(static_cast<const char*>(nl_ptr) - buf);
+      const size_t nl =
+          nl_ptr == nullptr ? got : static_cast<size_t>(static_cast<const char*>(nl_ptr) - buf);
       if (!skipping) {
         if (line.size() + (nl - start) > options.max_line_bytes) {
           skipping = true;

@@ -23,6 +23,7 @@ struct StdioOptions {
 
 enum class StdioEnd { kEof, kStopped, kOutputClosed, kReadError };
 
-StdioEnd RunStdio(Engine& engine, int in_fd, int out_fd, int stop_fd, const StdioOptions& options = {});
+StdioEnd RunStdio(Engine& engine, int in_fd, int out_fd, int stop_fd,
+                  const StdioOptions& options = {});
 
 }  // namespace kiln::mcp

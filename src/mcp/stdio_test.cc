@@ -3,11 +3,10 @@
 #include "mcp/stdio.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <future>
@@ -59,7 +58,8 @@ class Pipes {
         pending_.erase(0, nl + 1);
         return line;
       }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return "";
       pollfd p{out_r, POLLIN, 0};
       if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return "";
@@ -87,7 +87,8 @@ struct Server {
     EngineOptions eo;
     eo.interrupt_grace = std::chrono::milliseconds(100);
     engine = std::make_unique<Engine>(std::make_unique<testing::FakeBackend>(state), eo);
-    done = std::async(std::launch::async, [this, &p, o] { return RunStdio(*engine, p.in_r, p.out_w, p.stop_r, o); });
+    done = std::async(std::launch::async,
+                      [this, &p, o] { return RunStdio(*engine, p.in_r, p.out_w, p.stop_r, o); });
   }
   std::shared_ptr<testing::FakeState> state;
   std::unique_ptr<Engine> engine;
@@ -106,10 +107,14 @@ TEST(McpStdio, OneMessagePerLine) {
   EXPECT_EQ(r["result"]["protocolVersion"], "2025-06-18");
   // CRLF, blank lines, two messages in one write, one message in two writes.
   p.Write("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\r\n\n   \n");
-  p.Write(R"({"jsonrpc":"2.0","id":2,"method":"ping"})" "\n" R"({"jsonrpc":"2.0","id":3,"method":"tools/list"})" "\n");
+  p.Write(R"({"jsonrpc":"2.0","id":2,"method":"ping"})"
+          "\n"
+          R"({"jsonrpc":"2.0","id":3,"method":"tools/list"})"
+          "\n");
   p.Write(R"({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"run_python",)");
   std::this_thread::sleep_for(50ms);
-  p.Write(R"("arguments":{"code":"multi\nline"}}})" "\n");
+  p.Write(R"("arguments":{"code":"multi\nline"}}})"
+          "\n");
   EXPECT_EQ(p.ReadMessage()["id"], 2);
   EXPECT_EQ(p.ReadMessage()["result"]["tools"].size(), 5u);
   r = p.ReadMessage();
@@ -131,8 +136,10 @@ TEST(McpStdio, LinesOverTheLimitAreRefusedAndSkipped) {
   p.Write(kInit);
   p.ReadMessage();
   std::thread writer([&] {
-    p.Write("{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"ping\",\"params\":{\"x\":\"" + std::string(200000, 'a') + "\"}}\n");
-    p.Write(R"({"jsonrpc":"2.0","id":10,"method":"ping"})" "\n");
+    p.Write("{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"ping\",\"params\":{\"x\":\"" +
+            std::string(200000, 'a') + "\"}}\n");
+    p.Write(R"({"jsonrpc":"2.0","id":10,"method":"ping"})"
+            "\n");
   });
   json r = p.ReadMessage();
   EXPECT_EQ(r["error"]["code"], jsonrpc::kInvalidRequest) << r.dump();
@@ -149,7 +156,8 @@ TEST(McpStdio, EofLetsCallsInFlightAnswer) {
   Server s(p);
   p.Write(kInit);
   p.ReadMessage();
-  p.Write(R"({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"stream"}}})");
+  p.Write(
+      R"({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"stream"}}})");
   p.CloseInput();  // no trailing newline either
   const json r = p.ReadMessage();
   EXPECT_EQ(r["id"], 2);
@@ -162,7 +170,9 @@ TEST(McpStdio, StopEndsRunningCells) {
   Server s(p);
   p.Write(kInit);
   p.ReadMessage();
-  p.Write(R"({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"stubborn"}}})" "\n");
+  p.Write(
+      R"({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"stubborn"}}})"
+      "\n");
   {
     std::unique_lock<std::mutex> lock(s.state->m);
     ASSERT_TRUE(s.state->cv.wait_for(lock, 5s, [&] { return s.state->running > 0; }));

@@ -25,16 +25,23 @@ bool AtLeast(std::string_view version, std::string_view since) { return version 
 
 std::string Describe(const json& value) {
   switch (value.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::string: return "a string";
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::string:
+      return "a string";
     case json::value_t::number_integer:
     case json::value_t::number_unsigned:
-    case json::value_t::number_float: return "a number";
-    case json::value_t::array: return "an array";
-    case json::value_t::object: return "an object";
+    case json::value_t::number_float:
+      return "a number";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::object:
+      return "an object";
     case json::value_t::binary:
-    case json::value_t::discarded: break;
+    case json::value_t::discarded:
+      break;
   }
   return "an unexpected value";
 }
@@ -45,8 +52,9 @@ Status NoUnknownArgs(std::string_view tool, const json& args, const std::set<std
     if (known.count(name) == 0) {
       std::string list;
       for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-      return InvalidArgument(name + ": unknown argument of " + std::string(tool) +
-                             (known.empty() ? " (it takes no arguments)" : " (it takes: " + list + ")"));
+      return InvalidArgument(
+          name + ": unknown argument of " + std::string(tool) +
+          (known.empty() ? " (it takes no arguments)" : " (it takes: " + list + ")"));
     }
   }
   return OkStatus();
@@ -55,9 +63,11 @@ Status NoUnknownArgs(std::string_view tool, const json& args, const std::set<std
 Result<std::string> RequiredString(const json& args, const std::string& name, std::string_view what,
                                    size_t max_bytes) {
   const auto it = args.find(name);
-  if (it == args.end() || it->is_null()) return InvalidArgument(name + ": required: " + std::string(what));
+  if (it == args.end() || it->is_null())
+    return InvalidArgument(name + ": required: " + std::string(what));
   if (!it->is_string()) {
-    return InvalidArgument(name + ": must be a string (" + std::string(what) + "), not " + Describe(*it));
+    return InvalidArgument(name + ": must be a string (" + std::string(what) + "), not " +
+                           Describe(*it));
   }
   const auto& s = it->get_ref<const std::string&>();
   if (s.size() > max_bytes) {
@@ -68,11 +78,13 @@ Result<std::string> RequiredString(const json& args, const std::string& name, st
 }
 
 Result<std::string> PathArg(const json& args) {
-  KILN_ASSIGN_OR_RETURN(std::string path,
-                        RequiredString(args, "path", "a path relative to /workspace, e.g. \"data/input.csv\"",
-                                       kMaxPathBytes));
+  KILN_ASSIGN_OR_RETURN(
+      std::string path,
+      RequiredString(args, "path", "a path relative to /workspace, e.g. \"data/input.csv\"",
+                     kMaxPathBytes));
   if (path.empty()) return InvalidArgument("path: must not be empty");
-  if (path.find('\0') != std::string::npos) return InvalidArgument("path: must not contain a NUL byte");
+  if (path.find('\0') != std::string::npos)
+    return InvalidArgument("path: must not contain a NUL byte");
   // Accept "/workspace/x" as "x": a model sees that directory in the descriptions.
   if (path.rfind("/workspace/", 0) == 0) path = path.substr(11);
   if (path.empty() || path.front() == '/') {
@@ -120,8 +132,8 @@ bool IsText(std::string_view s) {
       if ((cc & 0xC0) != 0x80) return false;
       cp = (cp << 6) | (cc & 0x3F);
     }
-    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10FFFF ||
-        (cp >= 0xD800 && cp <= 0xDFFF)) {
+    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
+        cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
       return false;
     }
     i += n + 1;
@@ -131,9 +143,11 @@ bool IsText(std::string_view s) {
 
 // Image MIME type from the bytes' magic number; empty when not an image.
 std::string ImageType(std::string_view b) {
-  if (b.size() >= 8 && b.substr(0, 8) == std::string_view("\x89PNG\r\n\x1a\n", 8)) return "image/png";
+  if (b.size() >= 8 && b.substr(0, 8) == std::string_view("\x89PNG\r\n\x1a\n", 8))
+    return "image/png";
   if (b.size() >= 3 && b.substr(0, 3) == "\xFF\xD8\xFF") return "image/jpeg";
-  if (b.size() >= 6 && (b.substr(0, 6) == "GIF87a" || b.substr(0, 6) == "GIF89a")) return "image/gif";
+  if (b.size() >= 6 && (b.substr(0, 6) == "GIF87a" || b.substr(0, 6) == "GIF89a"))
+    return "image/gif";
   if (b.size() >= 12 && b.substr(0, 4) == "RIFF" && b.substr(8, 4) == "WEBP") return "image/webp";
   return "";
 }
@@ -147,7 +161,8 @@ std::string Bounded(std::string text) {
   while (tail < text.size() && (static_cast<unsigned char>(text[tail]) & 0xC0) == 0x80) ++tail;
   const size_t omitted = tail - head;
   return text.substr(0, head) + "\n[... " + std::to_string(omitted) +
-         " bytes omitted here; the whole output is in the structured result ...]\n" + text.substr(tail);
+         " bytes omitted here; the whole output is in the structured result ...]\n" +
+         text.substr(tail);
 }
 
 json TextBlock(std::string text) { return {{"type", "text"}, {"text", std::move(text)}}; }
@@ -194,7 +209,8 @@ std::string TracebackText(const json& error) {
     }
   }
   if (out.empty()) {
-    const std::string name = StringOf(error, "name").empty() ? StringOf(error, "ename") : StringOf(error, "name");
+    const std::string name =
+        StringOf(error, "name").empty() ? StringOf(error, "ename") : StringOf(error, "name");
     const std::string value =
         StringOf(error, "value").empty() ? StringOf(error, "evalue") : StringOf(error, "value");
     out = name + (value.empty() ? "" : ": " + value);
@@ -221,11 +237,14 @@ struct Transcript {
 
 std::string StatusLine(const std::string& status, const json& result) {
   const std::string reason = StringOf(result, "reason");
-  const auto with_reason = [&](std::string s) { return reason.empty() ? s : s + " (" + reason + ")"; };
+  const auto with_reason = [&](std::string s) {
+    return reason.empty() ? s : s + " (" + reason + ")";
+  };
   if (status == "timeout") return with_reason("The cell was stopped: it ran past its time limit");
   if (status == "cpu_limit") return with_reason("The cell was stopped: it used up its CPU time");
   if (status == "memory_limit") return with_reason("The cell was stopped: it ran out of memory");
-  if (status == "output_limit") return with_reason("The cell was stopped: it printed more than the output limit");
+  if (status == "output_limit")
+    return with_reason("The cell was stopped: it printed more than the output limit");
   if (status == "signaled") return with_reason("The interpreter was killed by a signal");
   if (status == "policy_violation") {
     std::string m = "The cell was refused by the sandbox's policy";
@@ -273,27 +292,33 @@ json RunOutputSchema() {
        {{"status",
          {{"type", "string"},
           {"description",
-           "ok, or why not: error (an exception or a non-zero exit), interrupted, timeout, cpu_limit, "
-           "memory_limit, output_limit, signaled, policy_violation, setup_error, protocol_error, cancelled"}}},
+           "ok, or why not: error (an exception or a non-zero exit), interrupted, timeout, "
+           "cpu_limit, "
+           "memory_limit, output_limit, signaled, policy_violation, setup_error, protocol_error, "
+           "cancelled"}}},
         {"stdout", {{"type", "string"}}},
         {"stderr", {{"type", "string"}}},
         {"outputs",
          {{"type", "array"},
           {"items", {{"type", "object"}}},
           {"description",
-           "nbformat v4 outputs in order (stream, display_data, execute_result, error); image/png data is "
+           "nbformat v4 outputs in order (stream, display_data, execute_result, error); image/png "
+           "data is "
            "not repeated here: each PNG is an image content block, in the same order"}}},
         {"error",
-         {{"type", {"object", "null"}}, {"description", "the exception: {name, value, traceback}, or null"}}},
+         {{"type", {"object", "null"}},
+          {"description", "the exception: {name, value, traceback}, or null"}}},
         {"execution_count", {{"type", {"integer", "null"}}}},
         {"exit_code", {{"type", {"integer", "null"}}}},
         {"duration_ms", {{"type", {"number", "null"}}}},
         {"session_state",
          {{"type", "string"},
           {"description",
-           "kept: the interpreter and its variables live on; lost: it was stopped and the next call "
+           "kept: the interpreter and its variables live on; lost: it was stopped and the next "
+           "call "
            "starts a fresh one"}}},
-        {"images", {{"type", "integer"}, {"description", "how many image content blocks this result has"}}}}},
+        {"images",
+         {{"type", "integer"}, {"description", "how many image content blocks this result has"}}}}},
       {"required", {"status", "stdout", "stderr", "outputs"}},
   };
 }
@@ -309,7 +334,8 @@ json Annotations(std::string_view title, bool read_only, bool destructive, bool 
 }  // namespace
 
 const std::vector<std::string>& SupportedProtocolVersions() {
-  static const std::vector<std::string> k = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"};
+  static const std::vector<std::string> k = {"2025-11-25", "2025-06-18", "2025-03-26",
+                                             "2024-11-05"};
   return k;
 }
 
@@ -319,11 +345,13 @@ bool IsSupportedProtocolVersion(std::string_view version) {
 }
 
 std::string NegotiateProtocolVersion(std::string_view requested) {
-  return IsSupportedProtocolVersion(requested) ? std::string(requested) : std::string(kLatestProtocolVersion);
+  return IsSupportedProtocolVersion(requested) ? std::string(requested)
+                                               : std::string(kLatestProtocolVersion);
 }
 
 std::string DefaultLimitsText() {
-  return "Each call may run for 30 seconds by default (the timeout argument raises it, up to 300 s), with "
+  return "Each call may run for 30 seconds by default (the timeout argument raises it, up to 300 "
+         "s), with "
          "512 MiB of memory and 1 CPU; stdout and stderr are capped at 1 MiB each";
 }
 
@@ -338,7 +366,9 @@ json ToolDefinitions(std::string_view version, const std::string& limits_text) {
   json tools = json::array();
   auto add = [&](std::string_view name, std::string_view title, std::string description, json input,
                  std::optional<json> output, json annotations) {
-    json t = {{"name", std::string(name)}, {"description", std::move(description)}, {"inputSchema", std::move(input)}};
+    json t = {{"name", std::string(name)},
+              {"description", std::move(description)},
+              {"inputSchema", std::move(input)}};
     if (structured) {
       t["title"] = std::string(title);
       if (output) t["outputSchema"] = std::move(*output);
@@ -346,19 +376,28 @@ json ToolDefinitions(std::string_view version, const std::string& limits_text) {
     if (annotated) t["annotations"] = std::move(annotations);
     tools.push_back(std::move(t));
   };
-  const json no_args = {{"type", "object"}, {"properties", json::object()}, {"additionalProperties", false}};
+  const json no_args = {
+      {"type", "object"}, {"properties", json::object()}, {"additionalProperties", false}};
 
   add(kRunPython, "Run Python",
       "Run Python 3.11 code in a persistent, sandboxed interpreter, like a Jupyter notebook cell. "
-      "State persists: variables, imports, functions and files written to /workspace are still there in "
-      "the next call (call reset for a fresh interpreter). Installed: the standard library, numpy, pandas, "
-      "scipy, scikit-learn, sympy, matplotlib, pillow and openpyxl; nothing else can be installed (no pip) "
-      "and there is no network access. The result has stdout, stderr, the value of the last expression "
-      "(as a notebook shows it) and, when the code raises, a readable traceback. Every matplotlib figure "
-      "that is shown or still open at the end of the call comes back as a PNG image (no need to save it). "
+      "State persists: variables, imports, functions and files written to /workspace are still "
+      "there in "
+      "the next call (call reset for a fresh interpreter). Installed: the standard library, numpy, "
+      "pandas, "
+      "scipy, scikit-learn, sympy, matplotlib, pillow and openpyxl; nothing else can be installed "
+      "(no pip) "
+      "and there is no network access. The result has stdout, stderr, the value of the last "
+      "expression "
+      "(as a notebook shows it) and, when the code raises, a readable traceback. Every matplotlib "
+      "figure "
+      "that is shown or still open at the end of the call comes back as a PNG image (no need to "
+      "save it). "
       "The working directory is /workspace; upload_file, download_file and list_files see the same "
-      "files. " + limits_text + ". A call that goes over a limit is stopped and reported as an error; if "
-      "the interpreter had to be killed, its state is lost and the result says so.",
+      "files. " +
+          limits_text +
+          ". A call that goes over a limit is stopped and reported as an error; if "
+          "the interpreter had to be killed, its state is lost and the result says so.",
       {{"type", "object"},
        {"properties",
         {{"code",
@@ -374,16 +413,20 @@ json ToolDefinitions(std::string_view version, const std::string& limits_text) {
       RunOutputSchema(), Annotations("Run Python", false, false, false));
 
   add(kUploadFile, "Upload a file",
-      "Write a file into the interpreter's /workspace (creating directories on the way; an existing file "
-      "is replaced), so that code run with run_python can read it, e.g. pd.read_csv(\"data.csv\"). The "
+      "Write a file into the interpreter's /workspace (creating directories on the way; an "
+      "existing file "
+      "is replaced), so that code run with run_python can read it, e.g. pd.read_csv(\"data.csv\"). "
+      "The "
       "content is base64-encoded bytes. Files live as long as the interpreter: reset removes them.",
       {{"type", "object"},
        {"properties",
         {{"path",
           {{"type", "string"},
            {"minLength", 1},
-           {"description", "Path relative to /workspace, e.g. \"data.csv\" or \"inputs/a.json\"."}}},
-         {"content_base64", {{"type", "string"}, {"description", "The file's bytes, base64-encoded."}}}}},
+           {"description",
+            "Path relative to /workspace, e.g. \"data.csv\" or \"inputs/a.json\"."}}},
+         {"content_base64",
+          {{"type", "string"}, {"description", "The file's bytes, base64-encoded."}}}}},
        {"required", {"path", "content_base64"}},
        {"additionalProperties", false}},
       json{{"type", "object"},
@@ -392,8 +435,10 @@ json ToolDefinitions(std::string_view version, const std::string& limits_text) {
       Annotations("Upload a file", false, false, true));
 
   add(kDownloadFile, "Download a file",
-      "Read a file from the interpreter's /workspace, e.g. one that code run with run_python wrote. Text "
-      "(UTF-8) comes back as text, images (PNG, JPEG, GIF, WebP) as images, anything else base64-encoded. "
+      "Read a file from the interpreter's /workspace, e.g. one that code run with run_python "
+      "wrote. Text "
+      "(UTF-8) comes back as text, images (PNG, JPEG, GIF, WebP) as images, anything else "
+      "base64-encoded. "
       "At most 32 MiB.",
       {{"type", "object"},
        {"properties",
@@ -413,7 +458,8 @@ json ToolDefinitions(std::string_view version, const std::string& limits_text) {
       Annotations("Download a file", true, false, true));
 
   add(kListFiles, "List files",
-      "List the files and directories in the interpreter's /workspace (recursively), with their sizes in "
+      "List the files and directories in the interpreter's /workspace (recursively), with their "
+      "sizes in "
       "bytes.",
       no_args,
       json{{"type", "object"},
@@ -431,7 +477,8 @@ json ToolDefinitions(std::string_view version, const std::string& limits_text) {
       Annotations("List files", true, false, true));
 
   add(kReset, "Reset the interpreter",
-      "Throw away the interpreter and start a fresh one: every variable, import and /workspace file is "
+      "Throw away the interpreter and start a fresh one: every variable, import and /workspace "
+      "file is "
       "gone. Use it when the state is broken or to start over.",
       no_args, std::nullopt, Annotations("Reset the interpreter", false, true, true));
   return tools;
@@ -440,12 +487,15 @@ json ToolDefinitions(std::string_view version, const std::string& limits_text) {
 Result<RunArgs> ParseRunArgs(const json& args) {
   KILN_TRY(NoUnknownArgs(kRunPython, args, {"code", "timeout"}));
   RunArgs out;
-  KILN_ASSIGN_OR_RETURN(out.code, RequiredString(args, "code", "the Python source to run", kMaxCodeBytes));
+  KILN_ASSIGN_OR_RETURN(out.code,
+                        RequiredString(args, "code", "the Python source to run", kMaxCodeBytes));
   if (out.code.empty()) return InvalidArgument("code: must not be empty");
   if (const auto t = args.find("timeout"); t != args.end() && !t->is_null()) {
-    if (!t->is_number()) return InvalidArgument("timeout: must be a number of seconds, not " + Describe(*t));
+    if (!t->is_number())
+      return InvalidArgument("timeout: must be a number of seconds, not " + Describe(*t));
     const double v = t->get<double>();
-    if (!std::isfinite(v) || v <= 0) return InvalidArgument("timeout: must be a positive number of seconds");
+    if (!std::isfinite(v) || v <= 0)
+      return InvalidArgument("timeout: must be a positive number of seconds");
     out.timeout_s = v;
   }
   return out;
@@ -459,7 +509,8 @@ Result<UploadArgs> ParseUploadArgs(const json& args) {
                         RequiredString(args, "content_base64", "the file's bytes, base64-encoded",
                                        kMaxUploadBytes / 3 * 4 + 4));
   auto bytes = Base64Decode(encoded);
-  if (!bytes.ok()) return InvalidArgument("content_base64: not valid base64 (" + bytes.error().message + ")");
+  if (!bytes.ok())
+    return InvalidArgument("content_base64: not valid base64 (" + bytes.error().message + ")");
   out.bytes = std::move(*bytes);
   return out;
 }
@@ -469,7 +520,9 @@ Result<std::string> ParsePathArgs(const json& args) {
   return PathArg(args);
 }
 
-Status ParseNoArgs(std::string_view tool, const json& args) { return NoUnknownArgs(tool, args, {}); }
+Status ParseNoArgs(std::string_view tool, const json& args) {
+  return NoUnknownArgs(tool, args, {});
+}
 
 json ToolError(std::string_view text) {
   return {{"content", json::array({TextBlock(std::string(text))})}, {"isError", true}};
@@ -478,7 +531,8 @@ json ToolError(std::string_view text) {
 json RunPythonResult(const json& result, const std::string& note, bool structured) {
   const json empty_object = json::object();
   const json& r = result.is_object() ? result : empty_object;
-  const std::string status = StringOf(r, "status").empty() ? "protocol_error" : StringOf(r, "status");
+  const std::string status =
+      StringOf(r, "status").empty() ? "protocol_error" : StringOf(r, "status");
   json content = json::array();
   json images = json::array();
   Transcript t;
@@ -510,9 +564,11 @@ json RunPythonResult(const json& result, const std::string& note, bool structure
         if (data != o.end() && data->is_object()) {
           if (const auto png = data->find("image/png"); png != data->end() && png->is_string()) {
             std::string b64 = png->get<std::string>();
-            b64.erase(std::remove_if(b64.begin(), b64.end(), [](char c) { return c == '\n' || c == '\r'; }),
+            b64.erase(std::remove_if(b64.begin(), b64.end(),
+                                     [](char c) { return c == '\n' || c == '\r'; }),
                       b64.end());
-            images.push_back({{"type", "image"}, {"data", std::move(b64)}, {"mimeType", "image/png"}});
+            images.push_back(
+                {{"type", "image"}, {"data", std::move(b64)}, {"mimeType", "image/png"}});
             copy["data"].erase("image/png");
             image = true;
           }
@@ -521,8 +577,9 @@ json RunPythonResult(const json& result, const std::string& note, bool structure
             if (!text.empty() && text.back() != '\n') text += "\n";
             if (type == "execute_result") {
               const auto n = o.find("execution_count");
-              const std::string label =
-                  n != o.end() && n->is_number_integer() ? "Out[" + std::to_string(n->get<int64_t>()) + "]" : "Out";
+              const std::string label = n != o.end() && n->is_number_integer()
+                                            ? "Out[" + std::to_string(n->get<int64_t>()) + "]"
+                                            : "Out";
               t.Add(label, text);
             } else {
               t.Add("display", text);
@@ -537,15 +594,21 @@ json RunPythonResult(const json& result, const std::string& note, bool structure
     }
   }
   if (!error_shown) {
-    if (const auto e = r.find("error"); e != r.end() && e->is_object()) t.Add("error", TracebackText(*e) + "\n");
+    if (const auto e = r.find("error"); e != r.end() && e->is_object())
+      t.Add("error", TracebackText(*e) + "\n");
   }
-  if (r.value("stdout_truncated", false)) t.Add("kiln", "(stdout was truncated at the output limit)\n");
-  if (r.value("stderr_truncated", false)) t.Add("kiln", "(stderr was truncated at the output limit)\n");
-  if (const auto d = r.find("outputs_dropped"); d != r.end() && d->is_number_integer() && d->get<int64_t>() > 0) {
-    t.Add("kiln", "(" + std::to_string(d->get<int64_t>()) + " image(s) over the size limits were dropped)\n");
+  if (r.value("stdout_truncated", false))
+    t.Add("kiln", "(stdout was truncated at the output limit)\n");
+  if (r.value("stderr_truncated", false))
+    t.Add("kiln", "(stderr was truncated at the output limit)\n");
+  if (const auto d = r.find("outputs_dropped");
+      d != r.end() && d->is_number_integer() && d->get<int64_t>() > 0) {
+    t.Add("kiln", "(" + std::to_string(d->get<int64_t>()) +
+                      " image(s) over the size limits were dropped)\n");
   }
   // An exception's traceback says it all; other statuses get a line.
-  const bool exception = status == "error" && (error_shown || (r.contains("error") && r["error"].is_object()));
+  const bool exception =
+      status == "error" && (error_shown || (r.contains("error") && r["error"].is_object()));
   if (status != "ok" && !exception) {
     if (status == "error") {
       const auto ec = r.find("exit_code");
@@ -559,7 +622,8 @@ json RunPythonResult(const json& result, const std::string& note, bool structure
   const bool lost = StringOf(r, "session_state") == "lost";
   if (lost) {
     t.Add("kiln",
-          "The interpreter was stopped, so its state (variables, imports, /workspace files) is lost; the "
+          "The interpreter was stopped, so its state (variables, imports, /workspace files) is "
+          "lost; the "
           "next call starts a fresh interpreter.\n");
   }
   if (!images.empty()) {
@@ -583,7 +647,8 @@ json RunPythonResult(const json& result, const std::string& note, bool structure
     // Members the schema types, with another type (a newer server?), are
     // dropped rather than sent against the schema.
     for (const auto& [key, types] : RunSchemaTypes()) {
-      if (s.contains(key) && std::find(types.begin(), types.end(), s[key].type()) == types.end()) s.erase(key);
+      if (s.contains(key) && std::find(types.begin(), types.end(), s[key].type()) == types.end())
+        s.erase(key);
     }
     out["structuredContent"] = std::move(s);
   }
@@ -591,8 +656,8 @@ json RunPythonResult(const json& result, const std::string& note, bool structure
 }
 
 json UploadResult(const std::string& path, uint64_t size, bool structured) {
-  json out = {{"content", json::array({TextBlock("Wrote /workspace/" + path + " (" + std::to_string(size) +
-                                                 " bytes).")})},
+  json out = {{"content", json::array({TextBlock("Wrote /workspace/" + path + " (" +
+                                                 std::to_string(size) + " bytes).")})},
               {"isError", false}};
   if (structured) out["structuredContent"] = {{"path", path}, {"size", size}};
   return out;
@@ -615,7 +680,8 @@ json DownloadResult(const std::string& path, const std::string& bytes, bool stru
     content.push_back(TextBlock(head + ", " + image + ")"));
     content.push_back({{"type", "image"}, {"data", b64}, {"mimeType", image}});
   } else if (structured) {
-    content.push_back(TextBlock(head + " of binary data; base64 in the structured result's content)"));
+    content.push_back(
+        TextBlock(head + " of binary data; base64 in the structured result's content)"));
   } else {
     content.push_back(TextBlock(head + " of binary data, base64):\n" + b64));
   }
@@ -632,7 +698,8 @@ json DownloadResult(const std::string& path, const std::string& bytes, bool stru
 json ListFilesResult(const json& listing, bool structured) {
   json files = json::array();
   std::string text;
-  if (const auto f = listing.find("files"); listing.is_object() && f != listing.end() && f->is_array()) {
+  if (const auto f = listing.find("files");
+      listing.is_object() && f != listing.end() && f->is_array()) {
     for (const auto& e : *f) {
       if (!e.is_object() || !e.contains("path") || !e["path"].is_string()) continue;
       json entry = {{"path", e["path"]}};
@@ -641,7 +708,8 @@ json ListFilesResult(const json& listing, bool structured) {
       const auto size = e.find("size");
       if (size != e.end() && size->is_number_integer()) entry["size"] = *size;
       text += e["path"].get<std::string>() + (dir ? "/" : "");
-      if (!dir && entry.contains("size")) text += "  " + std::to_string(entry["size"].get<int64_t>()) + " bytes";
+      if (!dir && entry.contains("size"))
+        text += "  " + std::to_string(entry["size"].get<int64_t>()) + " bytes";
       text += "\n";
       files.push_back(std::move(entry));
     }
@@ -654,8 +722,9 @@ json ListFilesResult(const json& listing, bool structured) {
 }
 
 json ResetResult() {
-  return {{"content", json::array({TextBlock("The interpreter was reset: a fresh one starts with the next call; "
-                                             "every variable, import and /workspace file of the old one is gone.")})},
+  return {{"content", json::array({TextBlock(
+                          "The interpreter was reset: a fresh one starts with the next call; "
+                          "every variable, import and /workspace file of the old one is gone.")})},
           {"isError", false}};
 }
 

@@ -11,12 +11,11 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/result.h"
 
@@ -69,7 +68,8 @@ nlohmann::json ToolError(std::string_view text);
 // empty) comes first in the text (e.g. that the previous interpreter was
 // lost). isError when the code raised, exited non-zero, timed out or was
 // killed (any status but "ok").
-nlohmann::json RunPythonResult(const nlohmann::json& result, const std::string& note, bool structured);
+nlohmann::json RunPythonResult(const nlohmann::json& result, const std::string& note,
+                               bool structured);
 nlohmann::json UploadResult(const std::string& path, uint64_t size, bool structured);
 nlohmann::json DownloadResult(const std::string& path, const std::string& bytes, bool structured);
 nlohmann::json ListFilesResult(const nlohmann::json& listing, bool structured);

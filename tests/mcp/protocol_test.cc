@@ -4,16 +4,15 @@
 // malformed JSON-RPC, unknown methods, another client's session id, Origin,
 // methods and headers; over stdio (`kiln mcp`, local and --url) the same
 // errors as JSON-RPC lines; and garbage that must crash or hang nothing.
+#include <gtest/gtest.h>
 #include <strings.h>
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "testlib/http_client.h"
 #include "testlib/kiln_runner.h"
@@ -88,16 +87,19 @@ class McpProtocol : public ::testing::Test {
   }
 
   // POST /mcp with the MCP headers; `headers` are added (and win).
-  static HttpResponse Post(const std::string& body, const std::string& key, const std::string& session = "",
+  static HttpResponse Post(const std::string& body, const std::string& key,
+                           const std::string& session = "",
                            std::vector<std::pair<std::string, std::string>> headers = {}) {
-    std::vector<std::pair<std::string, std::string>> h = {{"Accept", "application/json, text/event-stream"}};
+    std::vector<std::pair<std::string, std::string>> h = {
+        {"Accept", "application/json, text/event-stream"}};
     if (!key.empty()) h.emplace_back("Authorization", "Bearer " + key);
     if (!session.empty()) {
       h.emplace_back("Mcp-Session-Id", session);
       h.emplace_back("MCP-Protocol-Version", "2025-11-25");
     }
     for (auto& x : headers) {
-      std::erase_if(h, [&x](const auto& y) { return strcasecmp(x.first.c_str(), y.first.c_str()) == 0; });
+      std::erase_if(
+          h, [&x](const auto& y) { return strcasecmp(x.first.c_str(), y.first.c_str()) == 0; });
       h.push_back(std::move(x));
     }
     return shared_->server.Call("POST", "/mcp", h, body, 60s);
@@ -108,7 +110,8 @@ class McpProtocol : public ::testing::Test {
     EXPECT_EQ(r.status, 200) << r.Describe();
     const std::string id = r.Header("Mcp-Session-Id").value_or("");
     EXPECT_TRUE(std::regex_match(id, std::regex("[0-9a-f]{64}"))) << r.Describe();
-    const HttpResponse n = Post(R"({"jsonrpc":"2.0","method":"notifications/initialized"})", key, id);
+    const HttpResponse n =
+        Post(R"({"jsonrpc":"2.0","method":"notifications/initialized"})", key, id);
     EXPECT_EQ(n.status, 202) << n.Describe();
     return id;
   }
@@ -141,7 +144,8 @@ TEST_F(McpProtocol, WrongOrMissingKeysAre401) {
   r = Post(kInit.dump(), "kiln_000000000000_not-a-key");
   EXPECT_EQ(r.status, 401) << r.Describe();
   // X-API-Key works as on every route.
-  r = shared_->server.Call("POST", "/mcp", {{"Accept", "application/json"}, {"X-API-Key", key()}}, kInit.dump());
+  r = shared_->server.Call("POST", "/mcp", {{"Accept", "application/json"}, {"X-API-Key", key()}},
+                           kInit.dump());
   EXPECT_EQ(r.status, 200) << r.Describe();
   // A valid session id does not stand in for a key.
   const std::string id = Initialize(key());
@@ -151,7 +155,8 @@ TEST_F(McpProtocol, WrongOrMissingKeysAre401) {
 
 TEST_F(McpProtocol, RequestsBeforeInitializeAre400WithAJsonRpcError) {
   for (const std::string method : {"server/discover", "tools/list", "tools/call"}) {
-    const HttpResponse r = Post(json{{"jsonrpc", "2.0"}, {"id", 7}, {"method", method}}.dump(), key());
+    const HttpResponse r =
+        Post(json{{"jsonrpc", "2.0"}, {"id", 7}, {"method", method}}.dump(), key());
     EXPECT_EQ(r.status, 400) << method << ": " << r.Describe();
     EXPECT_NE(RpcError(r), 0) << r.Describe();
     EXPECT_EQ(Parse(r)["id"], 7);
@@ -176,7 +181,8 @@ TEST_F(McpProtocol, MalformedJsonRpcAndUnknownMethods) {
       {R"({"jsonrpc":"2.0","id":1,"method":42})", 400, -32600},
       {R"({"jsonrpc":"2.0","id":1,"method":"ping","params":[1]})", 400, -32602},
       {R"({"jsonrpc":"2.0","id":1,"method":"no/such/method"})", 200, -32601},
-      {R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_bash"}})", 200, -32602},
+      {R"({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_bash"}})", 200,
+       -32602},
   };
   for (const auto& c : cases) {
     const HttpResponse r = Post(c.body, key(), id, {{"Accept", "application/json"}});
@@ -196,7 +202,8 @@ TEST_F(McpProtocol, AnotherClientsSessionIdIsRefused) {
   HttpResponse r = Post(ping, other(), mine);
   EXPECT_EQ(r.status, 404) << r.Describe();
   EXPECT_NE(RpcError(r), 0);
-  r = shared_->server.Call("DELETE", "/mcp", {{"Authorization", "Bearer " + other()}, {"Mcp-Session-Id", mine}});
+  r = shared_->server.Call("DELETE", "/mcp",
+                           {{"Authorization", "Bearer " + other()}, {"Mcp-Session-Id", mine}});
   EXPECT_EQ(r.status, 404) << r.Describe();
   r = Post(ping, key(), std::string(64, '0'));
   EXPECT_EQ(r.status, 404) << r.Describe();
@@ -204,7 +211,8 @@ TEST_F(McpProtocol, AnotherClientsSessionIdIsRefused) {
   r = Post(ping, key(), mine);
   EXPECT_EQ(r.status, 200) << r.Describe();
   // DELETE ends it: 204, then 404.
-  r = shared_->server.Call("DELETE", "/mcp", {{"Authorization", "Bearer " + key()}, {"Mcp-Session-Id", mine}});
+  r = shared_->server.Call("DELETE", "/mcp",
+                           {{"Authorization", "Bearer " + key()}, {"Mcp-Session-Id", mine}});
   EXPECT_EQ(r.status, 204) << r.Describe();
   r = Post(ping, key(), mine);
   EXPECT_EQ(r.status, 404) << r.Describe();
@@ -215,15 +223,19 @@ TEST_F(McpProtocol, OriginsMethodsAndHeaders) {
   EXPECT_EQ(r.status, 403) << r.Describe();
   r = Post(kInit.dump(), key(), "", {{"Origin", "http://localhost:5173"}});
   EXPECT_EQ(r.status, 200) << r.Describe();
-  r = Post(kInit.dump(), key(), "", {{"Origin", "https://agent.example"}});  // server.mcp_allowed_origins
+  r = Post(kInit.dump(), key(), "",
+           {{"Origin", "https://agent.example"}});  // server.mcp_allowed_origins
   EXPECT_EQ(r.status, 200) << r.Describe();
   const std::string id = Initialize(key());
-  r = shared_->server.Call("GET", "/mcp", {{"Authorization", "Bearer " + key()}, {"Accept", "text/event-stream"},
-                                           {"Mcp-Session-Id", id}});
+  r = shared_->server.Call("GET", "/mcp",
+                           {{"Authorization", "Bearer " + key()},
+                            {"Accept", "text/event-stream"},
+                            {"Mcp-Session-Id", id}});
   EXPECT_EQ(r.status, 405) << r.Describe();
   r = shared_->server.Call("PUT", "/mcp", {{"Authorization", "Bearer " + key()}}, "{}");
   EXPECT_EQ(r.status, 405) << r.Describe();
-  r = Post(R"({"jsonrpc":"2.0","id":1,"method":"ping"})", key(), id, {{"MCP-Protocol-Version", "1999-01-01"}});
+  r = Post(R"({"jsonrpc":"2.0","id":1,"method":"ping"})", key(), id,
+           {{"MCP-Protocol-Version", "1999-01-01"}});
   EXPECT_EQ(r.status, 400) << r.Describe();
   r = Post(R"({"jsonrpc":"2.0","id":1,"method":"ping"})", key(), id, {{"Accept", "text/html"}});
   EXPECT_EQ(r.status, 406) << r.Describe();
@@ -239,12 +251,14 @@ TEST_F(McpProtocol, ToolCallsStreamWhenTheClientAcceptsSse) {
   EXPECT_NE(r.body.find("event: message\ndata: "), std::string::npos) << r.body;
   EXPECT_NE(r.body.find(R"("text":"42")"), std::string::npos) << r.body;
   // A client that accepts only JSON gets one object.
-  r = Post(R"({"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"1/0"}}})",
-           key(), id, {{"Accept", "application/json"}});
+  r = Post(
+      R"({"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"1/0"}}})",
+      key(), id, {{"Accept", "application/json"}});
   ASSERT_EQ(r.status, 200) << r.Describe();
   const json j = Parse(r);
   EXPECT_EQ(j["result"]["isError"], true) << r.body;
-  EXPECT_NE(j["result"]["content"][0]["text"].get<std::string>().find("ZeroDivisionError"), std::string::npos);
+  EXPECT_NE(j["result"]["content"][0]["text"].get<std::string>().find("ZeroDivisionError"),
+            std::string::npos);
 }
 
 TEST_F(McpProtocol, GarbageCrashesNothing) {
@@ -254,7 +268,8 @@ TEST_F(McpProtocol, GarbageCrashesNothing) {
     std::string body(static_cast<size_t>(rng() % 2000), '\0');
     for (auto& c : body) c = static_cast<char>(rng() % 256);
     if (i % 3 == 0) body = R"({"jsonrpc":"2.0","id":)" + body;
-    const HttpResponse r = Post(body, key(), i % 2 == 0 ? id : "", {{"Content-Type", "application/json"}});
+    const HttpResponse r =
+        Post(body, key(), i % 2 == 0 ? id : "", {{"Content-Type", "application/json"}});
     EXPECT_TRUE(r.status == 400 || r.status == 200) << r.Describe();
   }
   EXPECT_EQ(shared_->server.Get("/healthz").status, 200);
@@ -265,8 +280,8 @@ TEST_F(McpProtocol, GarbageCrashesNothing) {
 // --- stdio --------------------------------------------------------------------
 
 // `kiln mcp ARGS` fed `lines` then EOF; its stdout lines, parsed.
-std::vector<json> Stdio(const std::vector<std::string>& args, const std::string& input, ProcessResult* raw,
-                        const std::string& api_key = "") {
+std::vector<json> Stdio(const std::vector<std::string>& args, const std::string& input,
+                        ProcessResult* raw, const std::string& api_key = "") {
   std::vector<std::string> argv = {"mcp"};
   argv.insert(argv.end(), args.begin(), args.end());
   ProcessOptions o;
@@ -285,15 +300,22 @@ std::vector<json> Stdio(const std::vector<std::string>& args, const std::string&
 
 std::string StdioScript() {
   std::string s;
-  s += R"({"jsonrpc":"2.0","id":1,"method":"server/discover"})" "\n";
-  s += R"({"jsonrpc":"2.0","id":2,"method":"tools/list"})" "\n";
+  s += R"({"jsonrpc":"2.0","id":1,"method":"server/discover"})"
+       "\n";
+  s += R"({"jsonrpc":"2.0","id":2,"method":"tools/list"})"
+       "\n";
   s += "this is not json\n";
-  s += R"([{"jsonrpc":"2.0","id":3,"method":"ping"}])" "\n";
+  s += R"([{"jsonrpc":"2.0","id":3,"method":"ping"}])"
+       "\n";
   s += kInit.dump() + "\n";
-  s += R"({"jsonrpc":"2.0","method":"notifications/initialized"})" "\n";
-  s += R"({"jsonrpc":"2.0","id":4,"method":"no/such/method"})" "\n";
+  s += R"({"jsonrpc":"2.0","method":"notifications/initialized"})"
+       "\n";
+  s += R"({"jsonrpc":"2.0","id":4,"method":"no/such/method"})"
+       "\n";
   s += std::string("\x01\x02\xff garbage \x7f", 14) + "\n";
-  s += R"J({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"print(7*6)"}}})J" "\n";
+  s +=
+      R"J({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"print(7*6)"}}})J"
+      "\n";
   return s;
 }
 
@@ -308,7 +330,8 @@ void CheckStdioAnswers(const std::vector<json>& out, const ProcessResult& raw) {
   auto code = [](const json& m) { return m.contains("error") ? m["error"].value("code", 0) : 0; };
   EXPECT_EQ(code(by_id(1)), -32601) << raw.out;  // before initialize
   EXPECT_EQ(code(by_id(2)), -32601) << raw.out;
-  EXPECT_EQ(by_id(1)["error"]["message"].get<std::string>().find("initialize") != std::string::npos, true);
+  EXPECT_EQ(by_id(1)["error"]["message"].get<std::string>().find("initialize") != std::string::npos,
+            true);
   int parse_errors = 0, invalid = 0;
   for (const auto& m : out) {
     if (m.contains("id") && m["id"].is_null()) {
@@ -333,24 +356,28 @@ TEST_F(McpProtocol, StdioLocalAnswersEveryMistakeAndExitsAtEof) {
 
 TEST_F(McpProtocol, StdioProxyAnswersEveryMistakeAndExitsAtEof) {
   ProcessResult raw;
-  const auto out =
-      Stdio({"--url", "http://127.0.0.1:" + std::to_string(shared_->server.port())}, StdioScript(), &raw, key());
+  const auto out = Stdio({"--url", "http://127.0.0.1:" + std::to_string(shared_->server.port())},
+                         StdioScript(), &raw, key());
   CheckStdioAnswers(out, raw);
 }
 
 TEST_F(McpProtocol, StdioProxyWithAWrongKeySaysSoInTheToolResult) {
   ProcessResult raw;
-  const std::string in = kInit.dump() + "\n" +
-                         R"({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"1"}}})" "\n";
-  const auto out = Stdio({"--url", "http://127.0.0.1:" + std::to_string(shared_->server.port())}, in, &raw,
-                         "kiln_000000000000_wrong");
+  const std::string in =
+      kInit.dump() + "\n" +
+      R"({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"run_python","arguments":{"code":"1"}}})"
+      "\n";
+  const auto out = Stdio({"--url", "http://127.0.0.1:" + std::to_string(shared_->server.port())},
+                         in, &raw, "kiln_000000000000_wrong");
   ASSERT_EQ(raw.exit_code, 0) << raw.err;
   ASSERT_EQ(out.size(), 2u) << raw.out;
   EXPECT_EQ(out[1]["result"]["isError"], true);
-  EXPECT_NE(out[1]["result"]["content"][0]["text"].get<std::string>().find("API key"), std::string::npos)
+  EXPECT_NE(out[1]["result"]["content"][0]["text"].get<std::string>().find("API key"),
+            std::string::npos)
       << out[1].dump();
   // No key at all: a usage error before anything starts.
-  const ProcessResult none = RunKiln({"mcp", "--url", "http://127.0.0.1:1", "--api-key-env", "KILN_TEST_NO_SUCH_VAR"});
+  const ProcessResult none =
+      RunKiln({"mcp", "--url", "http://127.0.0.1:1", "--api-key-env", "KILN_TEST_NO_SUCH_VAR"});
   EXPECT_EQ(none.exit_code, 2) << none.err;
   EXPECT_TRUE(none.out.empty());
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The warm pool (docs/adr/0010-zygote.md), measured side by side with bare Python in one run.
+"""The warm pool (docs/adr/0011-zygote.md), measured side by side with bare Python in one run.
 
     /usr/bin/python3 bench/pool_bench.py --kiln ./build/kiln [--json FILE]
 

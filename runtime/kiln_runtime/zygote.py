@@ -1,4 +1,4 @@
-"""A zygote: the fork server of one profile's warm pool (docs/adr/0009-zygote.md).
+"""A zygote: the fork server of one profile's warm pool (docs/adr/0011-zygote.md).
 
 The pool starts ``/usr/bin/python3 -I -S -B /opt/kiln/runtime/kiln_runtime/zygote.py
 [--preload m1,m2]`` inside the profile's base jail (the cold path's mounts,

@@ -41,7 +41,7 @@ enum class SetupStep : uint8_t {
   kStdio,           // stdin /dev/null, stdout/stderr pipes
   kCloseFds,        // close_range of every fd the plan does not list
   kExec,            // execve of the interpreter
-  // A pooled sandbox, forked from its profile's zygote (src/zygote, ADR 0009).
+  // A pooled sandbox, forked from its profile's zygote (src/zygote, ADR 0011).
   kZygote,          // the zygote: start, preload, answer a fork request
   kChildUserNs,     // the child's own user namespace and its one-uid maps
   kChildNamespaces, // unshare of the mount, pid, net, ipc, uts namespaces

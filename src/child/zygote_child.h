@@ -1,5 +1,5 @@
 // A pooled sandbox's own setup, run in a fork of its profile's zygote
-// (src/zygote, docs/adr/0009-zygote.md). The zygote already sits in the base
+// (src/zygote, docs/adr/0011-zygote.md). The zygote already sits in the base
 // jail (read-only root, binds, pivot_root, its own user/pid/mount/net/ipc/uts
 // namespaces); what is per sandbox happens here, in the kernel's order, one
 // step per line (docs/setup-sequence.md, "Pooled sandbox"). Restricted dialect

@@ -198,6 +198,8 @@ Result<ServerConfig> ParseServer(const std::string& source, const toml::table& t
     } else if (key == "max_body" || key == "max_file") {
       KILN_ASSIGN_OR_RETURN(uint64_t v, SizeValue(source, node, full));
       (key == "max_body" ? c.max_body_bytes : c.max_file_bytes) = v;
+    } else if (key == "mcp_allowed_origins") {
+      KILN_ASSIGN_OR_RETURN(c.mcp_allowed_origins, StringList(source, node, full));
     } else if (key == "store_code") {
       if (!node.is_boolean()) return KeyError(source, node, full, "must be true or false");
       c.store_code = *node.value<bool>();
@@ -206,7 +208,7 @@ Result<ServerConfig> ParseServer(const std::string& source, const toml::table& t
                       "unknown key (known: listen, data_dir, concurrency, queue, queue_timeout, "
                       "max_body, client_timeout, shutdown_grace, store_code, retention_days, "
                       "default_profile, max_connections, max_sessions, session_idle_ttl, "
-                      "session_max_lifetime, interrupt_grace, max_file)");
+                      "session_max_lifetime, interrupt_grace, max_file, mcp_allowed_origins)");
     }
   }
   return c;

@@ -72,9 +72,12 @@ struct ServerConfig {
   double session_max_lifetime_s = 3600;   // default and cap of its max_lifetime
   double interrupt_grace_s = 2;           // a timed-out cell's KeyboardInterrupt, then the kill
   uint64_t max_file_bytes = 64ULL << 20;  // one file of the files API
+  // /mcp: browser Origins allowed besides localhost, 127.0.0.1 and [::1]
+  // ("scheme://host[:port]" exactly, or "*"); others get 403.
+  std::vector<std::string> mcp_allowed_origins;
 };
 
-// [pool]: the warm pool of `kiln serve` (src/zygote, docs/adr/0009-zygote.md).
+// [pool]: the warm pool of `kiln serve` (src/zygote, docs/adr/0011-zygote.md).
 // `kiln run` never uses it.
 struct PoolConfig {
   bool enabled = true;    // false: every execution takes the cold path

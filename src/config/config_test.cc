@@ -104,6 +104,7 @@ listen = "0.0.0.0:9000"
 queue = 3
 max_body = "1m"
 store_code = false
+mcp_allowed_origins = ["https://app.example", "http://10.0.0.5:3000"]
 [tenants.big]
 max_concurrent = 10
 rate = 100
@@ -114,6 +115,9 @@ burst = 200
   EXPECT_EQ(c->server.queue, 3);
   EXPECT_EQ(c->server.max_body_bytes, 1u << 20);
   EXPECT_FALSE(c->server.store_code);
+  EXPECT_EQ(c->server.mcp_allowed_origins,
+            (std::vector<std::string>{"https://app.example", "http://10.0.0.5:3000"}));
+  EXPECT_TRUE(b.server.mcp_allowed_origins.empty());
   EXPECT_EQ(c->Tenant("big").max_concurrent, 10);
   EXPECT_EQ(c->Tenant("small").max_concurrent, 4);
   for (const char* bad : {"[server]\nlisten = 3\n[profiles.default]\n",
@@ -121,7 +125,9 @@ burst = 200
                           "[server]\nporty = 1\n[profiles.default]\n",
                           "[tenants.x]\nrate = 0\n[profiles.default]\n",
                           "[tenants.x]\nspeed = 1\n[profiles.default]\n",
-                          "[server]\ndefault_profile = \"nope\"\n[profiles.default]\n"}) {
+                          "[server]\ndefault_profile = \"nope\"\n[profiles.default]\n",
+                          "[server]\nmcp_allowed_origins = \"*\"\n[profiles.default]\n",
+                          "[server]\nmcp_allowed_origins = [1]\n[profiles.default]\n"}) {
     EXPECT_FALSE(ParseConfig(bad, "t.toml").ok()) << bad;
   }
 }

@@ -14,6 +14,8 @@
 
 #include "base/base64.h"
 #include "base/log.h"
+#include "mcp/http_transport.h"
+#include "mcp/local_backend.h"
 #include "server/request.h"
 
 namespace kiln::server {
@@ -105,7 +107,8 @@ const std::vector<std::string>& Routes() {
       "POST /v1/sessions/{id}/execute", "POST /v1/sessions/{id}/interrupt",
       "GET /v1/sessions/{id}/files",
       "PUT /v1/sessions/{id}/files/{path}", "GET /v1/sessions/{id}/files/{path}",
-      "DELETE /v1/sessions/{id}/files/{path}"};
+      "DELETE /v1/sessions/{id}/files/{path}",
+      "POST /mcp", "GET /mcp", "DELETE /mcp"};
   return kRoutes;
 }
 
@@ -199,6 +202,40 @@ class SseWriter final {
   bool failed_ = false;
 };
 
+// The MCP transport's event stream on the connection (chunked, then closed).
+class McpSseWriter final : public mcp::SseWriter {
+ public:
+  McpSseWriter(tcp::socket& socket, unsigned version, std::string request_id)
+      : socket_(socket), version_(version), request_id_(std::move(request_id)) {}
+  bool Begin(int status, const mcp::HttpHeaders& headers) override {
+    http::response<http::empty_body> res{static_cast<http::status>(status), version_};
+    for (const auto& [name, value] : headers) res.set(name, value);
+    res.set(http::field::server, "kiln");
+    res.set("X-Request-Id", request_id_);
+    res.set("X-Accel-Buffering", "no");
+    res.chunked(true);
+    res.keep_alive(false);
+    http::response_serializer<http::empty_body> sr{res};
+    beast::error_code ec;
+    http::write_header(socket_, sr, ec);
+    return !ec;
+  }
+  bool Write(std::string_view events) override {
+    beast::error_code ec;
+    asio::write(socket_, http::make_chunk(asio::buffer(events.data(), events.size())), ec);
+    return !ec;
+  }
+  void End() override {
+    beast::error_code ec;
+    asio::write(socket_, http::make_chunk_last(), ec);
+  }
+
+ private:
+  tcp::socket& socket_;
+  unsigned version_;
+  std::string request_id_;
+};
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -217,6 +254,7 @@ struct HttpServer::Impl {
   std::map<int, Clock::time_point> reading;
   std::thread reaper;
   std::set<spawner::CancelToken*> running;      // executions in flight
+  std::unique_ptr<mcp::HttpService> mcp;        // /mcp (with sessions only)
 
   // --- connections ---------------------------------------------------------
 
@@ -402,6 +440,8 @@ struct HttpServer::Impl {
       res = SessionRoute(req, peer, socket, pattern_route, match);
     } else if (route == "POST /execute") {
       res = ExecuteReference(req, peer, client_fd);
+    } else if (target == "/mcp") {
+      res = Mcp(req, peer, socket);
     } else if (known_path) {
       res = Json(http::status::method_not_allowed,
                  V1ErrorBody("method_not_allowed", method + " is not allowed on " + target), req.version(), true);
@@ -711,6 +751,42 @@ struct HttpServer::Impl {
     return Json(http::status::ok, body, req.version(), true);
   }
 
+  // --- MCP (docs/mcp.md) -----------------------------------------------------
+
+  Response Mcp(const Request& req, const std::string& peer, tcp::socket& socket) {
+    std::optional<store::KeyInfo> key;
+    if (auto refused = AuthV1(req, &key)) return *refused;
+    if (!mcp) return Json(http::status::service_unavailable, V1ErrorBody("unavailable", "sessions are off"), req.version(), true);
+    auto header = [&req](std::string_view name) -> std::optional<std::string> {
+      auto it = req.find(boost::beast::string_view(name.data(), name.size()));
+      if (it == req.end()) return std::nullopt;
+      return std::string(it->value());
+    };
+    mcp::HttpRequest m;
+    m.method = std::string(req.method_string());
+    m.accept = header("Accept").value_or("");
+    m.content_type = header("Content-Type").value_or("");
+    m.origin = header("Origin").value_or("");
+    m.session_id = header("Mcp-Session-Id");
+    m.protocol_version = header("MCP-Protocol-Version");
+    m.body = req.body();
+    m.tenant = key->tenant;
+    m.key_id = key->id;
+    m.peer = peer;
+    McpSseWriter sse(socket, req.version(), request_id);
+    auto reply = mcp->Handle(m, &sse);
+    if (!reply) {
+      streamed = true;
+      return Response{http::status::ok, 11};  // for the log line: the stream began with 200
+    }
+    Response res{static_cast<http::status>(reply->status), req.version()};
+    for (const auto& [name, value] : reply->headers) res.set(name, value);
+    res.keep_alive(true);
+    res.body() = std::move(reply->body);
+    res.prepare_payload();
+    return res;
+  }
+
   // --- sessions --------------------------------------------------------------
 
   Response SessionRoute(const Request& req, const std::string& peer, tcp::socket& socket,
@@ -849,6 +925,22 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Bind(const std::string& listen, 
   if (port < 0 || port > 65535) return InvalidArgument("listen: '" + listen + "' has no valid port");
   auto impl = std::make_unique<Impl>();
   impl->deps = std::move(deps);
+  if (impl->deps.sessions != nullptr) {
+    // MCP sessions own kiln sessions of the request's tenant (docs/adr/0009).
+    const config::Config& cfg = *impl->deps.config;
+    mcp::HttpServiceOptions options;
+    options.allowed_origins = cfg.server.mcp_allowed_origins;
+    options.idle_ttl = std::chrono::milliseconds(static_cast<int64_t>(cfg.server.session_idle_ttl_s * 1000));
+    if (auto profile = cfg.Find(cfg.server.default_profile); profile.ok()) {
+      options.engine.limits_text = mcp::LimitsText(**profile);
+    }
+    sessions::SessionManager* manager = impl->deps.sessions;
+    impl->mcp = std::make_unique<mcp::HttpService>(
+        [manager](const mcp::HttpRequest& r) {
+          return std::make_unique<mcp::LocalBackend>(manager, sessions::Caller{r.tenant, r.key_id, r.peer});
+        },
+        options);
+  }
   beast::error_code ec;
   const auto address = asio::ip::make_address(host, ec);
   if (ec) return InvalidArgument("listen: '" + host + "' is not an IP address");
@@ -889,6 +981,7 @@ void HttpServer::Shutdown(std::chrono::milliseconds grace) {
     std::lock_guard<std::mutex> lock(s.mu);
     for (auto* token : s.running) token->Cancel();
   }
+  if (s.mcp) s.mcp->Shutdown();  // its cells, then their sessions
   if (s.deps.sessions != nullptr) s.deps.sessions->Shutdown();
   s.deps.admission->WaitIdle(std::chrono::seconds(30));
   // 4. Idle keep-alive connections: wake their reads so the threads exit.

@@ -430,7 +430,7 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  // The warm pool (docs/adr/0010-zygote.md): a process of its own does the
+  // The warm pool (docs/adr/0011-zygote.md): a process of its own does the
   // slow work and hands ready sandboxes over; they wait here, per profile.
   pid_t pool_pid = -1;
   UniqueFd pool_fd;

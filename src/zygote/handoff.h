@@ -1,4 +1,4 @@
-// The warm pool in `kiln serve` (docs/adr/0009-zygote.md, docs/architecture.md):
+// The warm pool in `kiln serve` (docs/adr/0011-zygote.md, docs/architecture.md):
 //
 //   kiln serve --fork--> kiln-spawner --fork--> kiln-pool (zygotes, refills: Pool per profile)
 //                             |  <-- Handoff (a ready sandbox's fds) --'

@@ -1,6 +1,6 @@
 // The warm pool of one profile: sandboxes forked from its zygote, set up,
 // put into their own cgroups and checked, waiting for a program
-// (docs/adr/0009-zygote.md, docs/setup-sequence.md "Pooled sandbox").
+// (docs/adr/0011-zygote.md, docs/setup-sequence.md "Pooled sandbox").
 //
 // Single-threaded: its owner calls Step() from a poll loop (or Take(), which
 // steps until a sandbox is ready). Every slow step (the zygote's start,

@@ -5,7 +5,7 @@
 // arrivals, and a request that finds every slot busy waits for a refill (or
 // takes the cold path). With offered load A = lambda * S (Erlangs), the
 // smallest c with P(wait) = ErlangC(c, A) <= target is the pool's size,
-// clamped to [min, max] (docs/adr/0009-zygote.md).
+// clamped to [min, max] (docs/adr/0011-zygote.md).
 #pragma once
 
 #include <chrono>

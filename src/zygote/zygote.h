@@ -1,4 +1,4 @@
-// A zygote: one profile's fork server (docs/adr/0009-zygote.md).
+// A zygote: one profile's fork server (docs/adr/0011-zygote.md).
 //
 // Processes (the zygote's own pid namespace "Z"):
 //   pool owner --clone3(user, mnt, pid, net, ipc, uts, cgroup)--> Z pid 1 (RunChild, zygote mode)

@@ -1,0 +1,109 @@
+// Helpers of the MCP SDK tests: a `kiln serve` of our own (127.0.0.1, an
+// ephemeral port, a temporary data directory; its first key read from its
+// stdout), the sandbox check, and an SDK Client connected over one of the
+// transports kiln serves:
+//   stdio_local  `kiln mcp` (sandboxes run in that process)
+//   stdio_url    `kiln mcp --url http://127.0.0.1:PORT` with KILN_API_KEY
+//   http         Streamable HTTP at http://127.0.0.1:PORT/mcp with a Bearer key
+import { execFileSync, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+
+export const KILN = process.env.KILN_BIN;
+if (!KILN) throw new Error('KILN_BIN is not set (ctest sets it to the kiln binary)');
+
+// Why kiln cannot run sandboxes here (kiln doctor: user namespaces missing),
+// or null. A broken doctor throws: it must fail the test, not skip it.
+export function sandboxMissing() {
+  const out = execFileSync(KILN, ['doctor', '--json', '--no-smoke'], { timeout: 60000 }).toString();
+  const layers = JSON.parse(out).layers;
+  const userns = layers.find((l) => l.name === 'user namespace');
+  if (!userns) throw new Error('kiln doctor lists no "user namespace" layer');
+  return userns.state === 'missing' ? `user namespaces are missing on this host: ${userns.detail}` : null;
+}
+
+// Starts `kiln serve`; resolves to {url, port, key, dataDir, createKey(tenant), stderr(), stop()}.
+export async function startServer() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kiln-mcp-sdk-'));
+  const dataDir = path.join(dir, 'data');
+  const outPath = path.join(dir, 'serve.stdout');
+  const errPath = path.join(dir, 'serve.stderr');
+  const child = spawn(KILN, ['serve', '--listen', '127.0.0.1:0', '--data-dir', dataDir], {
+    stdio: ['ignore', fs.openSync(outPath, 'w'), fs.openSync(errPath, 'w')],
+    env: { ...process.env, KILN_LOG: 'info' },
+  });
+  let exited = null;
+  child.on('exit', (code, signal) => { exited = { code, signal }; });
+  const read = (p) => (fs.existsSync(p) ? fs.readFileSync(p, 'utf8') : '');
+  const deadline = Date.now() + 60000;
+  let port = 0;
+  while (!port) {
+    const m = /kiln: listening on http:\/\/127\.0\.0\.1:(\d+) /.exec(read(errPath));
+    if (m) port = Number(m[1]);
+    else if (exited) throw new Error(`kiln serve exited (${JSON.stringify(exited)}):\n${read(errPath)}`);
+    else if (Date.now() > deadline) throw new Error(`kiln serve did not listen within 60 s:\n${read(errPath)}`);
+    else await sleep(20);
+  }
+  const key = read(outPath).split('\n')[0].trim();
+  if (!/^kiln_[0-9a-f]{12}_/.test(key)) throw new Error(`no API key on kiln serve's stdout: ${read(outPath)}`);
+  const url = `http://127.0.0.1:${port}`;
+  return {
+    url,
+    port,
+    key,
+    dataDir,
+    stderr: () => read(errPath),
+    createKey: (tenant) =>
+      execFileSync(KILN, ['keys', 'create', '--tenant', tenant, '--data-dir', dataDir]).toString().trim(),
+    async stop() {
+      if (!exited) {
+        child.kill('SIGTERM');
+        for (let i = 0; i < 300 && !exited; ++i) await sleep(50);
+        if (!exited) child.kill('SIGKILL');
+      }
+      fs.rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+// A connected SDK client: {client, transport, stderr(), close()}.
+export async function connect(kind, server) {
+  let transport;
+  let stderr = '';
+  if (kind === 'stdio_local' || kind === 'stdio_url') {
+    const args = kind === 'stdio_local' ? ['mcp'] : ['mcp', '--url', server.url];
+    transport = new StdioClientTransport({
+      command: KILN,
+      args,
+      env: { KILN_API_KEY: server ? server.key : '', KILN_LOG: 'info' },
+      stderr: 'pipe',
+    });
+    transport.stderr?.on('data', (d) => { stderr += d.toString(); });
+  } else if (kind === 'http') {
+    transport = new StreamableHTTPClientTransport(new URL(`${server.url}/mcp`), {
+      requestInit: { headers: { Authorization: `Bearer ${server.key}` } },
+    });
+  } else {
+    throw new Error(`unknown transport ${kind}`);
+  }
+  const client = new Client({ name: 'kiln-sdk-test', version: '1.0.0' });
+  await client.connect(transport);
+  return {
+    client,
+    transport,
+    stderr: () => stderr,
+    close: () => client.close(),
+  };
+}
+
+// The text of a CallToolResult's first block.
+export function textOf(result) {
+  const block = result.content.find((c) => c.type === 'text');
+  return block ? block.text : '';
+}

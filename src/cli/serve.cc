@@ -138,8 +138,13 @@ int DoServe(const ServeFlags& f) {
   auto server = server::HttpServer::Bind(cfg.server.listen, deps);
   if (!server.ok()) return Fail(server.error().ToString());
   (*server)->Start();
-  std::cerr << "kiln: listening on http://" << cfg.server.listen.substr(0, cfg.server.listen.rfind(':'))
-            << ":" << (*server)->port() << " (data in " << cfg.server.data_dir << ")" << std::endl;
+  // One write: the spawner and the warm pool's process log to the same stderr
+  // meanwhile, and scripts read this line.
+  const std::string listening = "kiln: listening on http://" +
+                                cfg.server.listen.substr(0, cfg.server.listen.rfind(':')) + ":" +
+                                std::to_string((*server)->port()) + " (data in " +
+                                cfg.server.data_dir + ")\n";
+  std::cerr << listening << std::flush;
 
   // Retention: prune the audit log hourly.
   std::atomic<bool> done{false};

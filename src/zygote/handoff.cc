@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "base/log.h"
+#include "sys/syscalls.h"
 #include "zygote/pool.h"
 #include "zygote/wire.h"
 
@@ -184,6 +185,10 @@ namespace {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   if (::getppid() != parent) ::_exit(0);
   ::prctl(PR_SET_NAME, "kiln-pool", 0, 0, 0);
+  // Nothing of the spawner's but our socket and stdio (its control socket
+  // to the server, a stock of sandboxes' fds after a restart).
+  if (spawner > 3) (void)sys::CloseRange(3, static_cast<unsigned>(spawner) - 1, 0);
+  (void)sys::CloseRange(static_cast<unsigned>(spawner) + 1, ~0U, 0);
   ::signal(SIGPIPE, SIG_IGN);
   ::signal(SIGTERM, SIG_IGN);
   ::signal(SIGINT, SIG_IGN);
@@ -215,7 +220,7 @@ namespace {
       return nullptr;
     }
     e.pool = std::move(*created);
-    KILN_LOG_INFO("pool {}: zygote started (preload: {})", name, po.zygote.preload.size());
+    KILN_LOG_DEBUG("pool {}: zygote starting", name);
     return &e;
   };
   (void)ensure(config.server.default_profile);

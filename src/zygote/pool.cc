@@ -378,12 +378,11 @@ void Pool::Promote(size_t index) {
   ready_.emplace_back(std::move(c), p->slot);
 }
 
-void Pool::Fail(size_t index, const std::string& why) {
+void Pool::Fail(const std::string& why) {
   ++stats_.child_failures;
   // A child that failed its setup or check says the zygote is broken: it
   // goes, with everything it made (RestartZygote kills the rest).
   RestartZygote("a child failed: " + why);
-  (void)index;
 }
 
 void Pool::Resize() {
@@ -500,7 +499,7 @@ void Pool::Step(int timeout_ms) {
         p.why = "not ready within " + std::to_string(options_.child_timeout.count()) + " ms";
       }
       if (p.broken) {
-        Fail(i, p.why);
+        Fail(p.why);
         promote.clear();
         break;
       }

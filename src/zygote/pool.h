@@ -116,7 +116,7 @@ class Pool final {
   Status Request();
   void OnSync(Pending& p);
   void Promote(size_t index);
-  void Fail(size_t index, const std::string& why);
+  void Fail(const std::string& why);
   Status Verify(const Pending& p) const;
   void Resize();
   std::optional<unsigned> TakeSlot();

@@ -460,9 +460,19 @@ void Pool::Step(int timeout_ms) {
         case kSync:
           OnSync(*pending_[i]);
           break;
-        case kRuntime:
-          promote.push_back(i);
+        case kRuntime: {
+          // Ready once the hello's bytes are there; EOF instead means the
+          // worker died before it: the child failed.
+          char head[4];
+          const ssize_t n = ::recv(pending_[i]->runtime.get(), head, sizeof head, MSG_PEEK | MSG_DONTWAIT);
+          if (n > 0) {
+            promote.push_back(i);
+          } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+            pending_[i]->broken = true;
+            pending_[i]->why = "the worker ended before its hello";
+          }
           break;
+        }
         case kReadyDead:
           dead_ready.push_back(i);
           break;

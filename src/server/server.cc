@@ -145,6 +145,51 @@ RouteMatch MatchPath(const std::string& target) {
   return m;
 }
 
+// Writes all of `data` to a client socket, waiting at most `timeout_s` for
+// each bit of progress. Asio's synchronous writes would wait forever once
+// SO_SNDTIMEO fires; a client that stops reading a stream must not hold the
+// thread (and, behind it, a sandbox's supervisor). On failure the socket is
+// shut down, which the execution's hangup watch sees.
+bool BoundedWrite(int fd, std::string_view data, double timeout_s) {
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(timeout_s));
+  while (!data.empty()) {
+    const ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      data.remove_prefix(static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno != EAGAIN && errno != EINTR) break;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) break;
+    pollfd pfd{fd, POLLOUT, 0};
+    ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+  }
+  if (data.empty()) return true;
+  ::shutdown(fd, SHUT_RDWR);
+  return false;
+}
+
+// A chunked, non-keep-alive response head with these fields.
+std::string StreamHead(int status, const std::vector<std::pair<std::string, std::string>>& fields,
+                       const std::string& request_id) {
+  std::string head = "HTTP/1.1 " + std::to_string(status) + " " +
+                     std::string(http::obsolete_reason(static_cast<http::status>(status))) + "\r\n";
+  for (const auto& [name, value] : fields) head += name + ": " + value + "\r\n";
+  head += "Server: kiln\r\nX-Request-Id: " + request_id +
+          "\r\nX-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+  return head;
+}
+
+std::string Chunk(std::string_view data) {
+  char size[20];
+  std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+  std::string out = size;
+  out.append(data);
+  out += "\r\n";
+  return out;
+}
+
 bool WantsEventStream(const Request& req) {
   auto it = req.find(http::field::accept);
   return it != req.end() && std::string(it->value()).find("text/event-stream") != std::string::npos;
@@ -155,85 +200,56 @@ bool WantsEventStream(const Request& req) {
 // ordinary status and JSON body.
 class SseWriter final {
  public:
-  SseWriter(tcp::socket& socket, unsigned version, std::string request_id)
-      : socket_(socket), version_(version), request_id_(std::move(request_id)) {}
+  SseWriter(tcp::socket& socket, std::string request_id, double timeout_s)
+      : fd_(socket.native_handle()), request_id_(std::move(request_id)), timeout_s_(timeout_s) {}
   bool started() const { return started_; }
   bool failed() const { return failed_; }
 
   void Event(std::string_view name, const nlohmann::json& data) {
     if (failed_) return;
-    if (!started_) Start();
-    std::string chunk = "event: ";
-    chunk += name;
-    chunk += "\ndata: ";
-    chunk += data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    chunk += "\n\n";
-    beast::error_code ec;
-    asio::write(socket_, http::make_chunk(asio::buffer(chunk)), ec);
-    if (ec) failed_ = true;
+    std::string out;
+    if (!started_) {
+      started_ = true;
+      out = StreamHead(200, {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}},
+                       request_id_);
+    }
+    std::string event = "event: ";
+    event += name;
+    event += "\ndata: ";
+    event += data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    event += "\n\n";
+    out += Chunk(event);
+    failed_ = !BoundedWrite(fd_, out, timeout_s_);
   }
   void End() {
     if (failed_ || !started_) return;
-    beast::error_code ec;
-    asio::write(socket_, http::make_chunk_last(), ec);
-    if (ec) failed_ = true;
+    failed_ = !BoundedWrite(fd_, "0\r\n\r\n", timeout_s_);
   }
 
  private:
-  void Start() {
-    started_ = true;
-    http::response<http::empty_body> res{http::status::ok, version_};
-    res.set(http::field::content_type, "text/event-stream");
-    res.set(http::field::cache_control, "no-cache");
-    res.set(http::field::server, "kiln");
-    res.set("X-Request-Id", request_id_);
-    res.set("X-Accel-Buffering", "no");
-    res.chunked(true);
-    res.keep_alive(false);
-    http::response_serializer<http::empty_body> sr{res};
-    beast::error_code ec;
-    http::write_header(socket_, sr, ec);
-    if (ec) failed_ = true;
-  }
-  tcp::socket& socket_;
-  unsigned version_;
+  int fd_;
   std::string request_id_;
+  double timeout_s_;
   bool started_ = false;
   bool failed_ = false;
 };
 
-// The MCP transport's event stream on the connection (chunked, then closed).
 class McpSseWriter final : public mcp::SseWriter {
  public:
-  McpSseWriter(tcp::socket& socket, unsigned version, std::string request_id)
-      : socket_(socket), version_(version), request_id_(std::move(request_id)) {}
+  McpSseWriter(tcp::socket& socket, std::string request_id, double timeout_s)
+      : fd_(socket.native_handle()), request_id_(std::move(request_id)), timeout_s_(timeout_s) {}
   bool Begin(int status, const mcp::HttpHeaders& headers) override {
-    http::response<http::empty_body> res{static_cast<http::status>(status), version_};
-    for (const auto& [name, value] : headers) res.set(name, value);
-    res.set(http::field::server, "kiln");
-    res.set("X-Request-Id", request_id_);
-    res.set("X-Accel-Buffering", "no");
-    res.chunked(true);
-    res.keep_alive(false);
-    http::response_serializer<http::empty_body> sr{res};
-    beast::error_code ec;
-    http::write_header(socket_, sr, ec);
-    return !ec;
+    std::vector<std::pair<std::string, std::string>> fields;
+    for (const auto& [name, value] : headers) fields.emplace_back(name, value);
+    return BoundedWrite(fd_, StreamHead(status, fields, request_id_), timeout_s_);
   }
-  bool Write(std::string_view events) override {
-    beast::error_code ec;
-    asio::write(socket_, http::make_chunk(asio::buffer(events.data(), events.size())), ec);
-    return !ec;
-  }
-  void End() override {
-    beast::error_code ec;
-    asio::write(socket_, http::make_chunk_last(), ec);
-  }
+  bool Write(std::string_view events) override { return BoundedWrite(fd_, Chunk(events), timeout_s_); }
+  void End() override { (void)BoundedWrite(fd_, "0\r\n\r\n", timeout_s_); }
 
  private:
-  tcp::socket& socket_;
-  unsigned version_;
+  int fd_;
   std::string request_id_;
+  double timeout_s_;
 };
 
 }  // namespace
@@ -661,7 +677,7 @@ struct HttpServer::Impl {
     std::optional<SseWriter> sse;
     spawner::EventFn on_event;
     if (WantsEventStream(req)) {
-      sse.emplace(socket, req.version(), request_id);
+      sse.emplace(socket, request_id, deps.config->server.client_timeout_s);
       on_event = [&sse](std::string_view event, const nlohmann::json& data) { sse->Event(event, data); };
     }
     Outcome out = Run(parsed.exec, *key, peer, client_fd, on_event);
@@ -773,7 +789,7 @@ struct HttpServer::Impl {
     m.tenant = key->tenant;
     m.key_id = key->id;
     m.peer = peer;
-    McpSseWriter sse(socket, req.version(), request_id);
+    McpSseWriter sse(socket, request_id, deps.config->server.client_timeout_s);
     auto reply = mcp->Handle(m, &sse);
     if (!reply) {
       streamed = true;
@@ -838,7 +854,7 @@ struct HttpServer::Impl {
       std::optional<SseWriter> sse;
       spawner::EventFn on_event;
       if (WantsEventStream(req)) {
-        sse.emplace(socket, v, request_id);
+        sse.emplace(socket, request_id, deps.config->server.client_timeout_s);
         on_event = [&sse](std::string_view event, const nlohmann::json& data) { sse->Event(event, data); };
       }
       auto out = deps.sessions->Execute(caller, id, parsed.code, parsed.timeout_s, on_event,

@@ -180,7 +180,14 @@ def main(argv):
 
     from kiln_runtime import runner
 
-    return runner.serve(channel, workspace, preload)
+    # Registered before any of the program's handlers, so it runs after them
+    # all (atexit is last in, first out; non-daemon threads were joined before).
+    import atexit
+
+    exit_code = []
+    atexit.register(lambda: exit_code and runner.report_exit(channel, exit_code[0]))
+    exit_code.append(runner.serve(channel, workspace, preload))
+    return exit_code[0]
 
 
 if __name__ == "__main__":

@@ -578,6 +578,18 @@ class Session:
                    "traceback": tb})
 
 
+def report_exit(channel, code):
+    """The last frame: ``exiting`` with the process's exit code, sent once the
+    program's own exit work is done (non-daemon threads joined, atexit run,
+    stdio flushed).  The supervisor may answer its caller from here on and
+    need not wait for the interpreter's teardown (docs/protocol.md)."""
+    _flush_stdio()
+    try:
+        channel.send({"type": "exiting", "exit_code": code if isinstance(code, int) else 1})
+    except Exception:  # noqa: BLE001 - the supervisor is gone: the exit status will tell
+        pass
+
+
 def serve(channel, workspace="/workspace", preload=()):
     """Run cells until shutdown or EOF; returns the exit code."""
     session = Session(channel, workspace, preload)

@@ -151,11 +151,7 @@ def _run_child(preload):
             threading._shutdown()
         except BaseException:  # noqa: BLE001
             pass
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BaseException:  # noqa: BLE001
-            pass
+    runner.report_exit(channel, code)
     posix._exit(code if isinstance(code, int) else 1)
 
 

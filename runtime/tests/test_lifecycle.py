@@ -253,3 +253,25 @@ class FlushTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ExitingFrameTest(unittest.TestCase):
+    """After shutdown: `exiting` with the exit code, once threads and atexit are done."""
+
+    def test_exiting_comes_last_with_the_exit_code(self):
+        rt = Runtime()
+        self.addCleanup(rt.kill)
+        rt.hello()
+        code = ("import atexit, threading, time\n"
+                "atexit.register(lambda: print('atexit ran', flush=True))\n"
+                "def late():\n    time.sleep(0.3)\n    print('thread done', flush=True)\n"
+                "threading.Thread(target=late).start()\n"
+                "raise SystemExit(3)\n")
+        self.assertEqual(reply(rt.execute(code))["status"], "exit")
+        rt.send({"type": "shutdown"})
+        frame = rt.recv()
+        self.assertEqual(frame, {"type": "exiting", "exit_code": 3})
+        self.assertEqual(rt.finish(), 3)
+        # Everything the program printed on its way out came before the frame.
+        self.assertIn("thread done", rt.stdout)
+        self.assertIn("atexit ran", rt.stdout)

@@ -19,8 +19,10 @@ HEAVY = ("json", "re", "ast", "tokenize", "traceback", "linecache", "textwrap", 
          "__future__", "types", "os", "importlib", "collections", "functools", "contextlib")
 
 # Everything the runtime itself may import until a print(1) cell has been answered.
+# atexit: builtin (C), for the `exiting` frame after the program's own exit work.
 OK_PATH = {"kiln_runtime", "kiln_runtime.protocol", "kiln_runtime.runner",
-           "kiln_runtime.policy", "kiln_runtime.display", "_json", "_ast", "_sitebuiltins"}
+           "kiln_runtime.policy", "kiln_runtime.display", "_json", "_ast", "_sitebuiltins",
+           "atexit"}
 
 
 def _imported_modules(importtime_stderr):

@@ -240,9 +240,16 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
     }
     pooled.reset();
   }
+  // The answer goes out as soon as the result is known; the sandbox's
+  // teardown follows it.
+  bool answered = false;
+  options.on_result = [&ch, &answered](const supervisor::ExecutionResult& r) {
+    (void)ch.Write(ResultFrame(r));
+    answered = true;
+  };
   auto result = supervisor::RunSandboxed(host, *policy, program, options);
   if (!result.ok()) reply_error(result.error());
-  (void)ch.Write(ResultFrame(*result));
+  if (!answered) (void)ch.Write(ResultFrame(*result));
   ::_exit(0);
 }
 

@@ -183,6 +183,9 @@ struct Sandbox::State {
   std::optional<std::string> protocol_error;
   bool killed = false;
   int64_t cells_started = 0;
+  // One-shot: the runtime's `exiting` frame (its exit code, sent after the
+  // program's own exit work): the result is known before the process is gone.
+  std::optional<int> exit_reported;
 
   // The cell in progress (or the last one).
   struct Cell {
@@ -325,6 +328,25 @@ struct Sandbox::State {
           hello = true;
         }
         continue;
+      }
+      if (cell && cell->outputs.replied() && cell->spec.last) {
+        // After a one-shot cell: the program's exit work (its threads may
+        // still write, in order) and then the exit code.
+        if (type == "sync" && !exit_reported && ++cell->syncs <= kMaxSyncsPerCell) {
+          to_runtime += ipc::EncodeMessage({{"type", "synced"}});
+          continue;
+        }
+        if (type == "exiting" && !exit_reported) {
+          auto code = ipc::GetInt(*parsed, "exit_code");
+          if (!code.ok() || *code < 0 || *code > 255) {
+            Violate("the runtime sent a malformed 'exiting' frame");
+            return;
+          }
+          exit_reported = static_cast<int>(*code);
+          if (!worker_status) worker_status = (*exit_reported & 0xff) << 8;  // W_EXITCODE(code, 0)
+          t_exit = Clock::now();
+          continue;
+        }
       }
       if (!cell || cell->outputs.replied()) {
         Violate("the runtime sent '" + type + "' " + (cell ? "after the cell's execute_reply" : "before any cell"));
@@ -1073,7 +1095,7 @@ ExecutionResult Sandbox::RunCell(const CellSpec& spec, const Waiters& waiters, c
   s.SendCell();
   const bool last = spec.last;
   // A cell ends with its reply (sessions) or with the sandbox (one-shot).
-  while (!s.init_exited && (last || !s.cell->outputs.replied())) {
+  while (!s.init_exited && !s.exit_reported && (last || !s.cell->outputs.replied())) {
     Status polled = s.Pump(s.NextWake(), waiters);
     if (!polled.ok()) {
       s.Violate("the supervisor's poll failed: " + polled.error().ToString());
@@ -1143,9 +1165,18 @@ const policy::SandboxPolicy& Sandbox::policy() const { return *s_->pol; }
 
 ExecutionResult Sandbox::Finish(const FinishOptions& options) {
   State& s = *s_;
-  s.Teardown();
+  // Early: the runtime reported its exit code and its program's exit work is
+  // done; what is left (the interpreter's own teardown, the processes' exit,
+  // the cgroup's removal) need not delay the caller. Its accounting comes
+  // from the cgroup, which still exists.
+  const bool early = options.on_result && s.exit_reported && s.cgroup && !s.torn_down;
+  if (early) {
+    s.Kill(std::nullopt);
+  } else {
+    s.Teardown();
+  }
   ExecutionResult r = s.CellResult(true);
-  if (s.cgroup) {
+  if (s.cgroup && !early) {
     Status killed_rest = s.cgroup->KillAll();
     if (!killed_rest.ok()) KILN_LOG_WARN("cgroup kill: {}", killed_rest.error().ToString());
   }
@@ -1172,11 +1203,13 @@ ExecutionResult Sandbox::Finish(const FinishOptions& options) {
       for (auto& f : files) r.returned_files.push_back({std::move(f.path), std::move(f.content)});
     }
   }
-  if (s.cgroup) {
+  auto remove_cgroup = [&s] {
+    if (!s.cgroup) return;
     Status removed = s.cgroup->Remove();
     if (!removed.ok()) KILN_LOG_WARN("cgroup remove: {}", removed.error().ToString());
     s.cgroup.reset();
-  }
+  };
+  if (!early) remove_cgroup();
   const auto t_end = Clock::now();
   auto since = [](Clock::time_point a, Clock::time_point b) {
     return a.time_since_epoch().count() && b.time_since_epoch().count() ? Ms(a, b) : 0.0;
@@ -1194,6 +1227,15 @@ ExecutionResult Sandbox::Finish(const FinishOptions& options) {
     r.duration_ms = since(t_sent, s.t_exit);
   }
   if (death_reason_.empty()) death_reason_ = r.reason.empty() ? "finished" : r.reason;
+  if (early) {
+    options.on_result(r);
+    s.Teardown();
+    if (s.cgroup) {
+      Status killed_rest = s.cgroup->KillAll();
+      if (!killed_rest.ok()) KILN_LOG_WARN("cgroup kill: {}", killed_rest.error().ToString());
+    }
+    remove_cgroup();
+  }
   return r;
 }
 
@@ -1229,6 +1271,7 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
   finish.collect_dir = options.collect_dir;
   finish.collect_only = options.collect_only;
   finish.return_files = options.return_files;
+  finish.on_result = options.on_result;
   return sandbox->Finish(finish);
 }
 

@@ -70,6 +70,8 @@ struct RunOptions {
   bool warm_up_started = false;
   // Streaming: every piece of output as it arrives (see EventSink).
   std::function<void(std::string_view, const nlohmann::json&)> on_event;
+  // The result as soon as it is known (Sandbox::FinishOptions::on_result).
+  std::function<void(const ExecutionResult&)> on_result;
   // Run in this pooled sandbox instead of launching one (consumed). Its
   // limits and environment are its zygote's: the policy's must match them
   // (the caller checks; program.env must be empty).
@@ -172,6 +174,11 @@ class Sandbox final {
     std::optional<std::string> collect_dir;
     std::vector<std::string> collect_only;
     std::optional<std::vector<std::string>> return_files;
+    // Called with the result as soon as it is known: for a one-shot run whose
+    // runtime reported its exit (`exiting`), before the sandbox's processes
+    // are reaped and its cgroup removed; otherwise at the end. Finish still
+    // returns the same result.
+    std::function<void(const ExecutionResult&)> on_result;
   };
   // Kills the sandbox if alive, reaps it, collects files, removes the cgroup.
   // The result is the last cell's, completed with how the sandbox ended (the

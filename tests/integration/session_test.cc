@@ -608,6 +608,24 @@ TEST_F(Sessions, OneShotExecutionsNeverShareASandbox) {
   EXPECT_FALSE(b.contains("session_state"));
 }
 
+// The answer comes when the runtime reports its exit (docs/protocol.md,
+// `exiting`): still after the program's own exit work.
+TEST_F(Sessions, OneShotResultsIncludeTheProgramsExitWork) {
+  const json r = Parse(srv().Execute(
+      shared_->key,
+      {{"code", "import atexit, sys, threading, time\n"
+                "atexit.register(lambda: print('atexit ran'))\n"
+                "def late():\n    time.sleep(0.3)\n    print('thread done')\n"
+                "    print('to stderr', file=sys.stderr)\n"
+                "threading.Thread(target=late).start()\n"
+                "sys.exit(4)\n"}}));
+  EXPECT_EQ(r.value("status", ""), "error") << r.dump();
+  EXPECT_EQ(r.value("exit_code", 0), 4) << r.dump();
+  EXPECT_EQ(r.value("stdout", ""), "thread done\natexit ran\n") << r.dump();
+  EXPECT_EQ(r.value("stderr", ""), "to stderr\n") << r.dump();
+  EXPECT_GE(r.value("duration_ms", 0.0), 300.0) << r.dump();
+}
+
 TEST_F(Sessions, FiftyLiveSessionsStayWithinTheirMemoryLimits) {
   std::vector<std::string> ids;
   for (int i = 0; i < 50; ++i) {

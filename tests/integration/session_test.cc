@@ -657,3 +657,78 @@ TEST_F(Sessions, FiftyLiveSessionsStayWithinTheirMemoryLimits) {
 
 }  // namespace
 }  // namespace kiln::testing
+
+namespace kiln::testing {
+namespace {
+
+// A client that stops reading an event stream must not hold the server's
+// thread or keep its cell running: after client_timeout its stream is dropped
+// and the cell is interrupted; the session lives on.
+TEST(SessionStreams, AClientThatStopsReadingIsDroppedAndItsCellInterrupted) {
+  RequireSandbox();
+  if (IsSkipped()) return;
+  TempDir dir;
+  const std::string config = dir.path() + "/kiln.toml";
+  WriteFile(config, R"TOML(
+[server]
+client_timeout = "2s"
+shutdown_grace = "5s"
+
+[profiles.default]
+interpreter = "/usr/bin/python3"
+
+[profiles.default.defaults]
+output_limit = "256m"
+timeout = 60
+
+[profiles.default.max]
+output_limit = "256m"
+timeout = 120
+)TOML");
+  KilnServer server;
+  std::string why;
+  ASSERT_TRUE(server.Start(dir.path() + "/data", config, "stall", &why)) << why;
+  const std::string key = Trim(server.Stdout());
+  auto call = [&](const std::string& method, const std::string& path, const std::string& body = "") {
+    return server.Call(method, path, {{"Authorization", "Bearer " + key}}, body);
+  };
+  const HttpResponse created = call("POST", "/v1/sessions", "{}");
+  ASSERT_EQ(created.status, 201) << created.Describe();
+  const std::string id = Parse(created).value("id", "");
+  ASSERT_EQ(call("POST", "/v1/sessions/" + id + "/execute", R"({"code":"kept = 1"})").status, 200);
+
+  // Ask for a stream of ~200 MB and never read it.
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(server.port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const int small = 4096;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  const std::string payload =
+      json({{"code", "import time\nfor i in range(200000):\n    print('x' * 1000)\ntime.sleep(60)"}}).dump();
+  const std::string req = "POST /v1/sessions/" + id + "/execute HTTP/1.1\r\nHost: 127.0.0.1\r\n" +
+                          "Authorization: Bearer " + key + "\r\nAccept: text/event-stream\r\n" +
+                          "Content-Type: application/json\r\nContent-Length: " + std::to_string(payload.size()) +
+                          "\r\n\r\n" + payload;
+  ASSERT_EQ(::write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+  // The cell runs, then is interrupted once the stream is dropped; the
+  // session is idle again well before the cell's own 60 s.
+  ASSERT_TRUE(WaitFor([&] { return Parse(call("GET", "/v1/sessions/" + id)).value("state", "") == "busy"; }, 10s));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(WaitFor([&] { return Parse(call("GET", "/v1/sessions/" + id)).value("state", "") == "idle"; }, 30s))
+      << "the stalled stream kept its cell running";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s);
+  ::close(fd);
+  const json after = Parse(call("POST", "/v1/sessions/" + id + "/execute", R"({"code":"kept"})"));
+  EXPECT_EQ(after.value("session_state", ""), "kept") << after.dump();
+  const json audit = Audit(dir.path() + "/data");
+  bool interrupted = false;
+  for (const auto& row : audit) interrupted = interrupted || row.value("status", "") == "interrupted";
+  EXPECT_TRUE(interrupted) << audit.dump();
+  EXPECT_TRUE(server.Terminate(20s).in_time);
+}
+
+}  // namespace
+}  // namespace kiln::testing

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <climits>
 
+#include "sys/fd_passing.h"
 #include "child/child_plan.h"
 #include "isolation/mount_ns.h"
 #include "sys/syscalls.h"
@@ -71,22 +72,7 @@ int SendWorkspaceFd() {
   if (fd < 0) return -1;
   SyncMessage m{};
   m.tag = SyncTag::kWorkspaceFd;
-  iovec iov{&m, sizeof m};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  __builtin_memcpy(CMSG_DATA(c), &fd, sizeof fd);
-  ssize_t n;
-  do {
-    n = ::sendmsg(g_sync_fd, &msg, MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
+  const ssize_t n = sys::SendWithFds(g_sync_fd, &m, sizeof m, &fd, 1, 0);
   int e = errno;
   ::close(fd);
   errno = e;

@@ -19,6 +19,7 @@
 #include "supervisor/sandbox.h"
 #include "zygote/handoff.h"
 #include "supervisor/workspace_files.h"
+#include "sys/fd_passing.h"
 #include "sys/syscalls.h"
 
 namespace kiln::spawner {
@@ -487,34 +488,12 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
     if (pfds[0].revents == 0) continue;
     // 'J': a job; 'P' + a profile name: a job that may take a pooled sandbox.
     char tagbuf[72] = {};
-    iovec iov{tagbuf, sizeof tagbuf};
-    alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int) * 4)];
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf;
-    msg.msg_controllen = sizeof cbuf;
-    const ssize_t n = ::recvmsg(control, &msg, MSG_CMSG_CLOEXEC);
+    int job = -1;
+    const sys::Received got = sys::ReceiveWithFds(control, tagbuf, sizeof tagbuf, &job, 1, 0);
+    const ssize_t n = got.bytes;
     const char tag = n > 0 ? tagbuf[0] : 0;
     if (n == 0) ::_exit(0);  // the server is gone
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      ::_exit(1);
-    }
-    int job = -1;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-      const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < count; ++i) {
-        int received;
-        std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof received);
-        if (job < 0) {
-          job = received;
-        } else {
-          ::close(received);
-        }
-      }
-    }
+    if (n < 0) ::_exit(1);
     if ((tag != 'J' && tag != 'P') || job < 0) {
       if (job >= 0) ::close(job);
       continue;
@@ -641,21 +620,10 @@ Result<UniqueFd> Spawner::NewJob(const std::string& pool_profile) {
   UniqueFd job(sp[0]), theirs(sp[1]);
   // 'J', or 'P' + the profile: the spawner may hand it a pooled sandbox.
   std::string tag = pool_profile.empty() || pool_profile.size() > 64 ? "J" : "P" + pool_profile;
-  iovec iov{tag.data(), tag.size()};
-  alignas(cmsghdr) char cbuf[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = cbuf;
-  msg.msg_controllen = sizeof cbuf;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
   const int fd = theirs.get();
-  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
   std::lock_guard<std::mutex> lock(send_mu_);
-  if (::sendmsg(control_.get(), &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(tag.size())) {
+  if (sys::SendWithFds(control_.get(), tag.data(), tag.size(), &fd, 1, 0) !=
+      static_cast<ssize_t>(tag.size())) {
     return ErrnoError("hand the job to the spawner", errno);
   }
   return job;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 
+#include "sys/fd_passing.h"
 #include "base/log.h"
 #include "sys/syscalls.h"
 #include "zygote/pool.h"
@@ -64,63 +65,25 @@ Status SendHandoff(int fd, const std::string& profile, const PooledChild& c) {
   }
   const int fds[kHandoffFds] = {a.init_pidfd.get(), a.sync.get(), a.runtime.get(),
                                 a.out.get(),        a.err.get(),  a.workspace.get()};
-  iovec iov{&r, sizeof r};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* cm = CMSG_FIRSTHDR(&msg);
-  cm->cmsg_level = SOL_SOCKET;
-  cm->cmsg_type = SCM_RIGHTS;
-  cm->cmsg_len = CMSG_LEN(sizeof fds);
-  std::memcpy(CMSG_DATA(cm), fds, sizeof fds);
-  ssize_t n;
-  do {
-    n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
+  const ssize_t n = sys::SendWithFds(fd, &r, sizeof r, fds, kHandoffFds, 0);
   if (n != sizeof r) return ErrnoError("hand a pooled sandbox to the spawner");
   return OkStatus();
 }
 
 Result<std::optional<Handoff>> ReceiveHandoff(int fd) {
   HandoffRecord r;
-  iovec iov{&r, sizeof r};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kHandoffFds)];
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  ssize_t n;
-  do {
-    n = ::recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-  } while (n < 0 && errno == EINTR);
-  if (n < 0 && errno == EAGAIN) return std::optional<Handoff>();
-  if (n <= 0) return MakeError(Code::kUnavailable, "the pool process is gone");
-  std::vector<int> fds;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < k; ++i) {
-      int v;
-      std::memcpy(&v, CMSG_DATA(c) + i * sizeof(int), sizeof v);
-      fds.push_back(v);
-    }
+  int fds[kHandoffFds];
+  const sys::Received got = sys::ReceiveWithFds(fd, &r, sizeof r, fds, kHandoffFds, MSG_DONTWAIT);
+  if (got.bytes < 0 && got.err == EAGAIN) return std::optional<Handoff>();
+  if (got.bytes <= 0) {
+    for (size_t i = 0; i < got.nfds; ++i) ::close(fds[i]);
+    return MakeError(Code::kUnavailable, "the pool process is gone");
   }
   Handoff h;
   supervisor::AdoptedSandbox& a = h.sandbox;
   UniqueFd* slots[kHandoffFds] = {&a.init_pidfd, &a.sync, &a.runtime, &a.out, &a.err, &a.workspace};
-  for (size_t i = 0; i < fds.size(); ++i) {
-    if (i < kHandoffFds) {
-      slots[i]->Reset(fds[i]);
-    } else {
-      ::close(fds[i]);
-    }
-  }
-  if (n != sizeof r || r.magic != kWireMagic || fds.size() != kHandoffFds ||
-      (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
+  for (size_t i = 0; i < got.nfds; ++i) slots[i]->Reset(fds[i]);
+  if (got.bytes != sizeof r || r.magic != kWireMagic || got.nfds != kHandoffFds || got.truncated) {
     return Internal("malformed handoff from the pool process");
   }
   h.profile = NameOf(r.profile, sizeof r.profile);

@@ -22,6 +22,7 @@
 #include "isolation/rlimits.h"
 #include "isolation/user_ns.h"
 #include "supervisor/sync_channel.h"
+#include "sys/fd_passing.h"
 #include "sys/syscalls.h"
 #include "zygote/wire.h"
 
@@ -46,24 +47,7 @@ Status WriteProc(pid_t pid, const char* name, const std::string& content) {
 
 Status SendRecord(int fd, const void* data, size_t size, const int* fds = nullptr,
                   size_t nfds = 0) {
-  iovec iov{const_cast<void*>(data), size};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  if (nfds > 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-    std::memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
-  }
-  ssize_t n;
-  do {
-    n = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
-  } while (n < 0 && errno == EINTR);
+  const ssize_t n = sys::SendWithFds(fd, data, size, fds, nfds, 0);
   if (n != static_cast<ssize_t>(size)) return ErrnoError("send to the zygote", errno, SetupStep::kZygote);
   return OkStatus();
 }

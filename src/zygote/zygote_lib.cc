@@ -29,6 +29,7 @@
 #include "child/zygote_child.h"
 #include "isolation/mount_ns.h"
 #include "isolation/user_ns.h"
+#include "sys/fd_passing.h"
 #include "zygote/wire.h"
 
 namespace {
@@ -114,35 +115,12 @@ __attribute__((visibility("default"))) int kiln_zygote_ready(int control_fd,
 
 __attribute__((visibility("default"))) int kiln_zygote_recv(int control_fd) {
   ForkRequest req;
-  iovec iov{&req, sizeof req};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  ssize_t n;
-  do {
-    n = ::recvmsg(control_fd, &msg, MSG_CMSG_CLOEXEC);
-  } while (n < 0 && errno == EINTR);
-  if (n < 0) return -errno;
-  if (n == 0) return 0;
   int fds[4] = {-1, -1, -1, -1};
-  size_t count = 0;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < k; ++i) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-      if (count < 4) {
-        fds[count++] = fd;
-      } else {
-        ::close(fd);
-      }
-    }
-  }
-  if (n != sizeof req || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 ||
+  const kiln::sys::Received got = kiln::sys::ReceiveWithFds(control_fd, &req, sizeof req, fds, 4, 0);
+  if (got.bytes < 0) return -got.err;
+  if (got.bytes == 0) return 0;
+  const size_t count = got.nfds;
+  if (got.bytes != sizeof req || got.truncated ||
       req.magic != kWireMagic || count != 4 || g_mounts == nullptr ||
       req.slot >= g_config.max_slots) {
     for (int fd : fds) {

@@ -106,14 +106,9 @@ int DoRemote(const McpFlags& f) {
 }
 
 int DoLocal(const McpFlags& f) {
-  config::Config cfg;
-  if (!f.config.empty()) {
-    auto c = config::LoadConfigFile(f.config);
-    if (!c.ok()) return Fail("--config: " + c.error().message, kExitUsage);
-    cfg = std::move(*c);
-  } else {
-    cfg = config::BuiltinConfig();
-  }
+  auto loaded = config::LoadConfigOrBuiltin(f.config);
+  if (!loaded.ok()) return Fail("--config: " + loaded.error().message, kExitUsage);
+  config::Config cfg = std::move(*loaded);
   const std::string profile_name = f.profile.empty() ? cfg.server.default_profile : f.profile;
   auto profile = cfg.Find(profile_name);
   if (!profile.ok()) return Fail("--" + profile.error().message, kExitUsage);

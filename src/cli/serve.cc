@@ -58,14 +58,9 @@ int DoServe(const ServeFlags& f) {
   // A server logs one line per request at info (KILN_LOG overrides).
   if (std::getenv("KILN_LOG") == nullptr) spdlog::set_level(spdlog::level::info);
   // --- Configuration.
-  config::Config cfg;
-  if (!f.config.empty()) {
-    auto c = config::LoadConfigFile(f.config);
-    if (!c.ok()) return Fail("--config: " + c.error().message, kExitUsage);
-    cfg = std::move(*c);
-  } else {
-    cfg = config::BuiltinConfig();
-  }
+  auto loaded = config::LoadConfigOrBuiltin(f.config);
+  if (!loaded.ok()) return Fail("--config: " + loaded.error().message, kExitUsage);
+  config::Config cfg = std::move(*loaded);
   if (!f.listen.empty()) cfg.server.listen = f.listen;
   if (!f.data_dir.empty()) cfg.server.data_dir = f.data_dir;
   if (cfg.server.data_dir.empty()) cfg.server.data_dir = store::DefaultDataDir();

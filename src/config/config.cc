@@ -365,6 +365,11 @@ const Config& BuiltinConfig() {
   return config;
 }
 
+Result<Config> LoadConfigOrBuiltin(const std::string& path) {
+  if (path.empty()) return BuiltinConfig();
+  return LoadConfigFile(path);
+}
+
 Result<policy::PolicyBuilder> PolicyFor(const Profile& profile, const LimitSpec& request) {
   KILN_TRY(Cap("timeout", request.timeout_s, profile.max.timeout_s, false));
   KILN_TRY(Cap("cpu_time", request.cpu_time_s, profile.max.cpu_time_s, false));

@@ -104,6 +104,9 @@ Result<Config> ParseConfig(std::string_view text, std::string source);
 Result<Config> LoadConfigFile(const std::string& path);
 // The repository's kiln.toml, embedded at build time.
 const Config& BuiltinConfig();
+// `--config FILE` as every command reads it: the file, or the built-in copy
+// when `path` is empty.
+Result<Config> LoadConfigOrBuiltin(const std::string& path);
 std::string_view BuiltinConfigText();
 
 // The profile's defaults, overridden by `request` where it says something;

@@ -30,12 +30,10 @@ using Clock = std::chrono::steady_clock;
 using Request = http::request<http::string_body>;
 using Response = http::response<http::string_body>;
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+using sessions::NowMs;
 
+// Request ids (log lines, X-Request-Id): unique, not secret. Execution and
+// session ids come from sessions::NewId (a CSPRNG).
 std::string NewId() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   char buf[33];
@@ -568,14 +566,7 @@ struct HttpServer::Impl {
       out.rejection = permit.error();
       deps.metrics->RecordRejection(out.rejection->reason);
       // Rejected requests are recorded too: one row, status "rejected".
-      if (deps.store->BeginExecution(audit_start(exec.profile)).ok()) {
-        store::AuditFinish f;
-        f.id = exec.id;
-        f.ended_ms = NowMs();
-        f.status = "rejected";
-        f.reason = out.rejection->reason;
-        (void)deps.store->FinishExecution(f);
-      }
+      sessions::AuditRejected(deps.store, audit_start(exec.profile), out.rejection->reason);
       return out;
     }
     if (Status s = deps.store->BeginExecution(audit_start(exec.profile)); !s.ok()) {

@@ -38,6 +38,16 @@ std::string NewId() {
   return store::HexEncode(*raw);
 }
 
+void AuditRejected(store::Store* store, const store::AuditStart& start, const std::string& reason) {
+  if (store == nullptr || !store->BeginExecution(start).ok()) return;
+  store::AuditFinish f;
+  f.id = start.id;
+  f.ended_ms = NowMs();
+  f.status = "rejected";
+  f.reason = reason;
+  (void)store->FinishExecution(f);
+}
+
 store::AuditFinish AuditFinishFromResult(const std::string& id, int64_t ended_ms,
                                          const nlohmann::json& j) {
   store::AuditFinish f;
@@ -309,14 +319,7 @@ Result<CellOutcome> SessionManager::Execute(const Caller& caller, const std::str
     if (!acquired.ok()) {
       out.rejection = acquired.error();
       if (deps_.metrics) deps_.metrics->RecordRejection(out.rejection->reason);
-      if (deps_.store && deps_.store->BeginExecution(audit).ok()) {
-        store::AuditFinish f;
-        f.id = audit.id;
-        f.ended_ms = NowMs();
-        f.status = "rejected";
-        f.reason = out.rejection->reason;
-        (void)deps_.store->FinishExecution(f);
-      }
+      AuditRejected(deps_.store, audit, out.rejection->reason);
       not_busy();
       return out;
     }

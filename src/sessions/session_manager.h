@@ -142,6 +142,9 @@ class SessionManager final {
   std::thread reaper_;
 };
 
+// A request admission turned away is one audit row too, status "rejected".
+void AuditRejected(store::Store* store, const store::AuditStart& start, const std::string& reason);
+
 // The audit row's ending from a result (ToJson's shape).
 store::AuditFinish AuditFinishFromResult(const std::string& id, int64_t ended_ms,
                                          const nlohmann::json& result);

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -253,6 +254,7 @@ Result<SandboxPolicy> PolicyBuilder::Build() {
   built_ = true;
   if (error_) return *error_;
   if (!cpu_time_set_) policy_.limits_.cpu_time_s = policy_.limits_.wall_timeout_s;
+  policy_.limits_.cpu_time_explicit = cpu_time_set_;
   std::set<std::string> names;
   uint64_t content_bytes = 0;
   for (const auto& f : policy_.input_files_) {
@@ -275,6 +277,16 @@ Result<SandboxPolicy> PolicyBuilder::Build() {
                            std::to_string(policy_.limits_.workspace_bytes) + " bytes)");
   }
   return policy_;
+}
+
+double CpuBackstopSeconds(const Limits& limits, double wall_s, bool cpu_quota) {
+  if (limits.cpu_time_explicit) return limits.cpu_time_s;
+  double cpus = std::max(1.0, limits.cpus);
+  if (!cpu_quota) {
+    const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+    cpus = std::max(cpus, online > 0 ? static_cast<double>(online) : 1.0);
+  }
+  return wall_s * cpus + 1;
 }
 
 }  // namespace kiln::policy

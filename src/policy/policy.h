@@ -50,7 +50,12 @@ enum class Requirement {
 // kernel, never trusted to the sandbox.
 struct Limits {
   double wall_timeout_s = 30;            // --timeout; 124 exit / status "timeout"
-  double cpu_time_s = 30;                // --cpu-time; total of every process
+  // --cpu-time; total of every process. Only a limit the caller set is
+  // enforced as one (status "cpu_limit"); without it the wall clock bounds
+  // the cpu time, and RLIMIT_CPU is a backstop above what the wall clock
+  // allows (CpuBackstopSeconds), so that a busy loop ends as a "timeout".
+  double cpu_time_s = 30;
+  bool cpu_time_explicit = false;
   uint64_t memory_bytes = 512ULL << 20;  // --memory; cgroup memory, swap off
   double cpus = 1.0;                     // --cpus; cgroup cpu quota
   uint64_t pids = 256;                   // --pids; processes + threads
@@ -60,6 +65,12 @@ struct Limits {
   uint64_t shm_bytes = 64ULL << 20;      // tmpfs cap of /dev/shm
   uint64_t open_files = 1024;            // RLIMIT_NOFILE
 };
+
+// The per-process RLIMIT_CPU of a sandbox with these limits: the caller's
+// cpu-time limit when it set one; otherwise a backstop that the wall clock
+// always reaches first (`wall_s` of `cpus`, or of every online CPU when there
+// is no cgroup quota, plus one second).
+double CpuBackstopSeconds(const Limits& limits, double wall_s, bool cpu_quota);
 
 class SandboxPolicy final {
  public:
@@ -123,8 +134,8 @@ class PolicyBuilder final {
   // /dev, /tmp, /workspace, /etc, /opt/kiln) nor beneath them.
   PolicyBuilder& AddReadOnlyMount(std::string path);
 
-  // Checks across fields (cpu time defaults to the wall timeout when not set;
-  // input names are unique) and returns the policy, or the first error.
+  // Checks across fields (cpu time defaults to the wall timeout when not set,
+  // as a bound the wall clock enforces; input names are unique) and returns the policy, or the first error.
   Result<SandboxPolicy> Build();
 
  private:

@@ -25,6 +25,25 @@ TEST(PolicyBuilder, CpuTimeFollowsTimeoutUnlessSet) {
   EXPECT_DOUBLE_EQ(q->limits().cpu_time_s, 2);
 }
 
+// A wall clock alone is the limit a busy loop must be reported against: the
+// implicit cpu-time bound is never enforced below what the wall clock allows.
+TEST(PolicyBuilder, OnlyAnExplicitCpuTimeIsALimitOfItsOwn) {
+  auto p = PolicyBuilder().WallTimeout(2).Build();
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->limits().cpu_time_explicit);
+  EXPECT_DOUBLE_EQ(CpuBackstopSeconds(p->limits(), 2, true), 3);    // 2 s of 1 CPU, + 1 s
+  EXPECT_GT(CpuBackstopSeconds(p->limits(), 2, false), 2);          // every online CPU, + 1 s
+  EXPECT_DOUBLE_EQ(CpuBackstopSeconds(p->limits(), 60, true), 61);  // a session's longer cell
+  auto two = PolicyBuilder().WallTimeout(2).Cpus(2).Build();
+  ASSERT_TRUE(two.ok());
+  EXPECT_DOUBLE_EQ(CpuBackstopSeconds(two->limits(), 2, true), 5);  // two CPUs' worth
+  auto q = PolicyBuilder().WallTimeout(2).CpuTime(1.5).Build();
+  ASSERT_TRUE(q.ok());
+  EXPECT_TRUE(q->limits().cpu_time_explicit);
+  EXPECT_DOUBLE_EQ(CpuBackstopSeconds(q->limits(), 2, true), 1.5);
+  EXPECT_DOUBLE_EQ(CpuBackstopSeconds(q->limits(), 2, false), 1.5);
+}
+
 TEST(PolicyBuilder, StickyFirstErrorNamesTheField) {
   auto p = PolicyBuilder().Memory(1024).Pids(1).Build();
   ASSERT_FALSE(p.ok());

@@ -285,7 +285,9 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
                    {{"memory_bytes", limits.memory_bytes},
                     {"cpus", limits.cpus},
                     {"timeout_s", limits.wall_timeout_s},
-                    {"cpu_time_s", limits.cpu_time_s},
+                    // null: no cpu-time limit of its own (the wall clock bounds it)
+                    {"cpu_time_s", limits.cpu_time_explicit ? nlohmann::json(limits.cpu_time_s)
+                                                            : nlohmann::json(nullptr)},
                     {"pids", limits.pids},
                     {"disk_bytes", limits.workspace_bytes},
                     {"output_bytes", limits.output_bytes}}}});

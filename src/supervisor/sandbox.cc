@@ -593,7 +593,9 @@ struct Sandbox::State {
       Kill(Outcome::kTimeout);
       return;
     }
-    if (now >= next_cpu_poll && cgroup) {
+    // Only a cpu-time limit the caller set is polled; without one the wall
+    // clock above is the limit (and RLIMIT_CPU a backstop it always beats).
+    if (now >= next_cpu_poll && cgroup && limits.cpu_time_explicit) {
       next_cpu_poll = now + kCpuPollInterval;
       auto usage = cgroup->Usage();
       const uint64_t cpu_limit_usec = static_cast<uint64_t>(limits.cpu_time_s * 1e6);
@@ -731,7 +733,9 @@ struct Sandbox::State {
         if (session_cell) r.reason += " (the interpreter exited: the session ended)";
       } else if (WIFSIGNALED(ws)) {
         r.signal = WTERMSIG(ws);
-        const bool cpu_spent = r.cpu_ms >= limits.cpu_time_s * 1e3;
+        const double cpu_limit_s = policy::CpuBackstopSeconds(
+            limits, cell ? cell->spec.timeout_s : limits.wall_timeout_s, cgroup != nullptr);
+        const bool cpu_spent = r.cpu_ms >= cpu_limit_s * 1e3;
         if (r.signal == SIGSYS) {
           r.outcome = Outcome::kPolicyViolation;
           r.reason = "killed by seccomp (a forbidden system call ABI)";
@@ -740,7 +744,7 @@ struct Sandbox::State {
           r.reason = "out of memory: limit " + FormatSize(limits.memory_bytes);
         } else if (r.signal == SIGXCPU || (r.signal == SIGKILL && cpu_spent)) {
           r.outcome = Outcome::kCpuLimit;
-          r.reason = "cpu-time limit of " + FormatSeconds(limits.cpu_time_s) + " (RLIMIT_CPU)";
+          r.reason = "cpu-time limit of " + FormatSeconds(cpu_limit_s) + " (RLIMIT_CPU)";
         } else {
           r.outcome = Outcome::kSignaled;
           r.reason = std::string("killed by signal ") + std::to_string(r.signal);
@@ -934,9 +938,11 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
                                         std::string(isolation::ToString(host.cgroups->mode()))
                                   : "rlimits";
   // Without a cgroup, RLIMIT_CPU is the only cpu limit: a session's stays
-  // one cell's.
-  const double rlimit_cpu =
-      options.rlimit_cpu_s && s.use_cgroup ? *options.rlimit_cpu_s : limits.cpu_time_s;
+  // one cell's when the caller set one. Without a cpu-time limit of the
+  // caller's, the wall clock is the limit and RLIMIT_CPU only a backstop.
+  const double rlimit_cpu = options.rlimit_cpu_s && (s.use_cgroup || !limits.cpu_time_explicit)
+                                ? *options.rlimit_cpu_s
+                                : policy::CpuBackstopSeconds(limits, limits.wall_timeout_s, s.use_cgroup);
   plan.rlimits = isolation::BuildRlimitPlan(
       {limits.open_files, limits.workspace_bytes, rlimit_cpu, !s.use_cgroup, limits.memory_bytes,
        limits.pids});

@@ -126,7 +126,10 @@ bool PoolEligible(const config::Config& config, const config::Profile& profile,
   return x.memory_bytes == y.memory_bytes && x.cpus == y.cpus && x.pids == y.pids &&
          x.workspace_bytes == y.workspace_bytes && x.tmp_bytes == y.tmp_bytes &&
          x.shm_bytes == y.shm_bytes && x.open_files == y.open_files &&
-         x.cpu_time_s <= y.cpu_time_s;
+         // The pooled sandbox's RLIMIT_CPU must not fire before what the
+         // request allows (the supervisor polls an explicit limit itself).
+         policy::CpuBackstopSeconds(x, x.wall_timeout_s, true) <=
+             policy::CpuBackstopSeconds(y, y.wall_timeout_s, true);
 }
 
 std::optional<std::string> PoolUnavailableReason(const config::Config& config,

@@ -225,9 +225,12 @@ Result<std::unique_ptr<Zygote>> Zygote::Start(const supervisor::HostContext& hos
   config.first_child_id = kFirstChildUid;
   config.max_slots = z->max_slots();
   config.last_cap = host.last_cap;
-  config.rlimits = isolation::BuildRlimitPlan({limits.open_files, limits.workspace_bytes,
-                                               limits.cpu_time_s, false, limits.memory_bytes,
-                                               limits.pids});
+  // Pooled sandboxes always have a cgroup (and so a cpu quota); the
+  // supervisor polls an explicit cpu-time limit, RLIMIT_CPU is the backstop.
+  config.rlimits = isolation::BuildRlimitPlan(
+      {limits.open_files, limits.workspace_bytes,
+       policy::CpuBackstopSeconds(limits, limits.wall_timeout_s, true), false, limits.memory_bytes,
+       limits.pids});
   if (host.landlock) config.landlock = *host.landlock;
   std::snprintf(config.hostname, sizeof config.hostname, "%s", pol.hostname().c_str());
   KILN_TRY(SendRecord(z->control_.get(), &config, sizeof config));

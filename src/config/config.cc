@@ -1,5 +1,6 @@
 #include "config/config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -195,9 +196,10 @@ Result<ServerConfig> ParseServer(const std::string& source, const toml::table& t
       (key == "queue_timeout" ? c.queue_timeout_s : key == "client_timeout" ? c.client_timeout_s
        : key == "shutdown_grace" ? c.shutdown_grace_s : key == "session_idle_ttl" ? c.session_idle_ttl_s
        : key == "session_max_lifetime" ? c.session_max_lifetime_s : c.interrupt_grace_s) = v;
-    } else if (key == "max_body" || key == "max_file") {
+    } else if (key == "max_body" || key == "max_file" || key == "max_bodies_in_flight") {
       KILN_ASSIGN_OR_RETURN(uint64_t v, SizeValue(source, node, full));
-      (key == "max_body" ? c.max_body_bytes : c.max_file_bytes) = v;
+      (key == "max_body" ? c.max_body_bytes
+       : key == "max_file" ? c.max_file_bytes : c.max_bodies_in_flight_bytes) = v;
     } else if (key == "mcp_allowed_origins") {
       KILN_ASSIGN_OR_RETURN(c.mcp_allowed_origins, StringList(source, node, full));
     } else if (key == "store_code") {
@@ -208,8 +210,14 @@ Result<ServerConfig> ParseServer(const std::string& source, const toml::table& t
                       "unknown key (known: listen, data_dir, concurrency, queue, queue_timeout, "
                       "max_body, client_timeout, shutdown_grace, store_code, retention_days, "
                       "default_profile, max_connections, max_sessions, session_idle_ttl, "
-                      "session_max_lifetime, interrupt_grace, max_file, mcp_allowed_origins)");
+                      "session_max_lifetime, interrupt_grace, max_file, max_bodies_in_flight, "
+                      "mcp_allowed_origins)");
     }
+  }
+  if (c.max_bodies_in_flight_bytes < std::max(c.max_body_bytes, c.max_file_bytes)) {
+    return InvalidArgument(source + ": [server] max_bodies_in_flight (" +
+                           std::to_string(c.max_bodies_in_flight_bytes) +
+                           " bytes) must be at least max_body and max_file");
   }
   return c;
 }

@@ -72,6 +72,10 @@ struct ServerConfig {
   double session_max_lifetime_s = 3600;   // default and cap of its max_lifetime
   double interrupt_grace_s = 2;           // a timed-out cell's KeyboardInterrupt, then the kill
   uint64_t max_file_bytes = 64ULL << 20;  // one file of the files API
+  // Request bodies being received or held, all connections together: a
+  // request whose body would pass it gets 503 before its body is read. At
+  // least max_body and max_file.
+  uint64_t max_bodies_in_flight_bytes = 256ULL << 20;
   // /mcp: browser Origins allowed besides localhost, 127.0.0.1 and [::1]
   // ("scheme://host[:port]" exactly, or "*"); others get 403.
   std::vector<std::string> mcp_allowed_origins;

@@ -123,6 +123,7 @@ burst = 200
   for (const char* bad : {"[server]\nlisten = 3\n[profiles.default]\n",
                           "[server]\nqueue = -1\n[profiles.default]\n",
                           "[server]\nporty = 1\n[profiles.default]\n",
+                          "[server]\nmax_bodies_in_flight = \"1m\"\n[profiles.default]\n",
                           "[tenants.x]\nrate = 0\n[profiles.default]\n",
                           "[tenants.x]\nspeed = 1\n[profiles.default]\n",
                           "[server]\ndefault_profile = \"nope\"\n[profiles.default]\n",

@@ -8,6 +8,7 @@
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <cstdio>
 #include <map>
 #include <random>
@@ -188,6 +189,14 @@ std::string Chunk(std::string_view data) {
   return out;
 }
 
+// Whether some route has this path pattern (with any method).
+bool KnownPath(const std::string& pattern) {
+  for (const auto& r : Routes()) {
+    if (r.compare(r.find(' ') + 1, std::string::npos, pattern) == 0) return true;
+  }
+  return false;
+}
+
 bool WantsEventStream(const Request& req) {
   auto it = req.find(http::field::accept);
   return it != req.end() && std::string(it->value()).find("text/event-stream") != std::string::npos;
@@ -318,55 +327,86 @@ struct HttpServer::Impl {
     beast::flat_buffer buffer;
     for (;;) {
       http::request_parser<http::string_body> parser;
-      const uint64_t max_body = deps.config->server.max_body_bytes;
-      const uint64_t max_upload = std::max(max_body, deps.config->server.max_file_bytes);
-      // Beast checks Content-Length against the limit as the header ends, so
-      // the header is read with the larger (upload) limit and the route's own
-      // limit applied right after.
-      parser.body_limit(max_upload);
+      // The body's limit is decided once the headers are in (Admit), so the
+      // headers are read without one.
+      parser.body_limit(std::numeric_limits<std::uint64_t>::max());
       parser.header_limit(64 * 1024);
       beast::error_code ec;
       {
         std::lock_guard<std::mutex> lock(mu);
         reading[fd] = Clock::now();
       }
-      uint64_t limit = max_body;
-      http::read_header(socket, buffer, parser, ec);
-      if (!ec) {
-        const auto& head = parser.get();
-        if (head.method() == http::verb::put &&
-            std::string(head.target()).find("/files/") != std::string::npos) {
-          limit = max_upload;  // a file of the files API
-        }
-        const auto length = parser.content_length();
-        if (length && *length > limit) {
-          ec = http::error::body_limit;
-        } else {
-          parser.body_limit(limit);  // chunked bodies are counted as they come
-          http::read(socket, buffer, parser, ec);
-        }
-      }
-      {
+      auto stop_reading = [&] {
         std::lock_guard<std::mutex> lock(mu);
         reading.erase(fd);
+      };
+      http::read_header(socket, buffer, parser, ec);
+      if (ec) {  // closed, timed out, or malformed: drop the connection
+        stop_reading();
+        break;
       }
-      if (ec == http::error::body_limit) {
-        Response res = Json(http::status::payload_too_large,
-                            V1ErrorBody("body_too_large", "the request body is over " + std::to_string(limit) +
-                                                              " bytes", "body"),
-                            11, false);
+      // Key, route and body size are checked before a byte of the body is
+      // read: an unauthenticated or oversized upload costs no memory.
+      const auto started = Clock::now();
+      Gate gate = Admit(parser.get());
+      const auto length = parser.content_length();
+      const bool has_body = parser.chunked() || (length && *length > 0);
+      if (!gate.refusal && has_body && length && *length > gate.body_limit) {
+        gate.refusal = TooLarge(gate.body_limit, parser.get().version());
+      }
+      BodyReservation reservation(this);
+      if (!gate.refusal && has_body && !reservation.Take(length ? *length : gate.body_limit)) {
+        Response res = Json(http::status::service_unavailable,
+                            V1ErrorBody("server_busy", "the server is receiving too many request bodies; retry"),
+                            parser.get().version(), false);
+        res.set(http::field::retry_after, "1");
+        deps.metrics->RecordRejection("bodies_in_flight");
+        gate.refusal = std::move(res);
+      }
+      if (gate.refusal) {
+        stop_reading();
+        Response& res = *gate.refusal;
+        res.set(http::field::server, "kiln");
+        res.set("X-Request-Id", request_id);
+        // The body (if any) is not read: the connection cannot go on.
+        if (has_body) res.keep_alive(false);
+        LogRequest(parser.get(), res, started, peer);
         http::write(socket, res, ec);
-        deps.metrics->RecordHttp("body_limit", 413);
-        // Read (and drop) what the client is still sending for a moment, so
-        // that closing does not reset the connection before it reads the 413.
-        DrainBeforeClose(fd, std::min<uint64_t>(limit, 64ULL << 20));
+        if (ec || !res.keep_alive()) {
+          // Drain what the client still sends, so that it reads the answer
+          // rather than a reset (bounded in bytes and time).
+          if (!ec && has_body) DrainBeforeClose(fd, length.value_or(kMaxDrainBytes));
+          break;
+        }
+        continue;
+      }
+      if (has_body) {
+        const auto expect = parser.get().find(http::field::expect);
+        if (expect != parser.get().end() && beast::iequals(expect->value(), "100-continue")) {
+          static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+          if (!BoundedWrite(fd, kContinue, deps.config->server.client_timeout_s)) {
+            stop_reading();
+            break;
+          }
+        }
+        parser.body_limit(gate.body_limit);  // chunked bodies are counted as they come
+        http::read(socket, buffer, parser, ec);
+      }
+      stop_reading();
+      if (ec == http::error::body_limit) {
+        Response res = TooLarge(gate.body_limit, parser.get().version());
+        res.set(http::field::server, "kiln");
+        res.set("X-Request-Id", request_id);
+        LogRequest(parser.get(), res, started, peer);
+        http::write(socket, res, ec);
+        if (!ec) DrainBeforeClose(fd, kMaxDrainBytes);
         break;
       }
       if (ec) break;  // closed, timed out, or malformed: drop the connection
       Request req = parser.release();
       const bool keep_alive = req.keep_alive() && !stopping;
       streamed = false;
-      Response res = Handle(req, peer, socket);
+      Response res = Handle(req, peer, socket, gate.key, started);
       if (streamed) break;  // the handler wrote an event stream; it ends the connection
       res.keep_alive(keep_alive && res.keep_alive());
       http::write(socket, res, ec);
@@ -381,17 +421,143 @@ struct HttpServer::Impl {
     cv.notify_all();
   }
 
-  // Stop sending, then read and discard up to `max` bytes for at most 2 s.
-  static void DrainBeforeClose(int fd, uint64_t max) {
+  // What a request may do, decided from its headers alone.
+  struct Gate {
+    std::optional<Response> refusal;      // answered without reading the body
+    std::optional<store::KeyInfo> key;    // set for every route that needs one
+    uint64_t body_limit = 0;
+  };
+
+  Gate Admit(const Request& head) {
+    Gate gate;
+    gate.body_limit = deps.config->server.max_body_bytes;
+    request_id = NewId().substr(0, 16);
+    request_tenant = "-";
+    std::string target(head.target());
+    if (auto q = target.find('?'); q != std::string::npos) target.resize(q);
+    const std::string method(head.method_string());
+    const RouteMatch match = MatchPath(target);
+    const unsigned v = head.version();
+    switch (Classify(method, target, match)) {
+      case Access::kOpen: return gate;
+      case Access::kNotFound:
+        gate.refusal = Json(http::status::not_found, V1ErrorBody("not_found", "no route " + target), v, true);
+        return gate;
+      case Access::kMethodNotAllowed:
+        gate.refusal = Json(http::status::method_not_allowed,
+                            V1ErrorBody("method_not_allowed", method + " is not allowed on " + target), v, true);
+        return gate;
+      case Access::kReference: {
+        auto auth = Authenticate(head);
+        if (!auth.ok()) {
+          gate.refusal = Json(http::status::service_unavailable, {{"detail", auth.error().message}}, v, true);
+          gate.refusal->set(http::field::retry_after, "5");
+        } else if (!*auth) {
+          gate.refusal = Json(http::status::unauthorized, {{"detail", "Invalid API Key"}}, v, true);
+        } else {
+          gate.key = **auth;
+        }
+        return gate;
+      }
+      case Access::kKey: {
+        auto auth = Authenticate(head);
+        if (!auth.ok()) {
+          gate.refusal = Json(http::status::service_unavailable, V1ErrorBody("unavailable", auth.error().message),
+                              v, true);
+          gate.refusal->set(http::field::retry_after, "5");
+        } else if (!*auth) {
+          gate.refusal = Json(http::status::unauthorized,
+                              V1ErrorBody("unauthenticated", "a valid API key is required (Authorization: "
+                                                             "Bearer KEY or X-API-Key: KEY)"),
+                              v, true);
+          gate.refusal->set(http::field::www_authenticate, "Bearer");
+        } else {
+          gate.key = **auth;
+          // The larger limit of the files API, for its callers only.
+          if (method == "PUT" && match.pattern == "/v1/sessions/{id}/files/{path}") {
+            gate.body_limit = std::max(gate.body_limit, deps.config->server.max_file_bytes);
+          }
+        }
+        return gate;
+      }
+    }
+    return gate;
+  }
+
+  enum class Access { kOpen, kReference, kKey, kNotFound, kMethodNotAllowed };
+
+  // Which routes need a key, from the method and path alone.
+  static Access Classify(const std::string& method, const std::string& target, const RouteMatch& match) {
+    const std::string route = method + " " + target;
+    if (route == "GET /healthz" || route == "GET /readyz" || route == "GET /metrics" ||
+        route == "GET /openapi.json") {
+      return Access::kOpen;
+    }
+    if (route == "POST /execute") return Access::kReference;
+    if (route == "POST /v1/execute" || target == "/mcp") return Access::kKey;
+    const bool known_path = KnownPath(match.pattern);
+    // Sessions answer 405 themselves, after the key (their ids are secret).
+    if (known_path && match.pattern.rfind("/v1/sessions", 0) == 0) return Access::kKey;
+    return known_path ? Access::kMethodNotAllowed : Access::kNotFound;
+  }
+
+  static Response TooLarge(uint64_t limit, unsigned version) {
+    return Json(http::status::payload_too_large,
+                V1ErrorBody("body_too_large", "the request body is over " + std::to_string(limit) + " bytes",
+                            "body"),
+                version, false);
+  }
+
+  // Bytes of request bodies being received or held (server.max_bodies_in_flight).
+  uint64_t bodies_in_flight = 0;  // guarded by mu
+  class BodyReservation final {
+   public:
+    explicit BodyReservation(Impl* impl) : impl_(impl) {}
+    ~BodyReservation() {
+      if (bytes_ == 0) return;
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      impl_->bodies_in_flight -= bytes_;
+    }
+    BodyReservation(const BodyReservation&) = delete;
+    BodyReservation& operator=(const BodyReservation&) = delete;
+    bool Take(uint64_t bytes) {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      if (impl_->bodies_in_flight + bytes > impl_->deps.config->server.max_bodies_in_flight_bytes) return false;
+      impl_->bodies_in_flight += bytes;
+      bytes_ = bytes;
+      return true;
+    }
+
+   private:
+    Impl* impl_;
+    uint64_t bytes_ = 0;
+  };
+
+  // A refused body is read and dropped, at most this much, so that the client
+  // reads the answer instead of a reset (Python requests sends the whole body
+  // before it reads anything).
+  static constexpr uint64_t kMaxDrainBytes = 256ULL << 20;
+
+  // Stop sending, then read and discard up to `max` bytes, for at most
+  // client_timeout, until the client closes.
+  void DrainBeforeClose(int fd, uint64_t max) {
     ::shutdown(fd, SHUT_WR);
+    max = std::min(max, kMaxDrainBytes);
     char buf[65536];
     uint64_t total = 0;
-    const auto deadline = Clock::now() + std::chrono::seconds(2);
-    while (total < max && Clock::now() < deadline) {
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(deps.config->server.client_timeout_s));
+    while (total < max && !stopping) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) break;
       pollfd pfd{fd, POLLIN, 0};
-      if (::poll(&pfd, 1, 100) <= 0) continue;
-      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-      if (n <= 0) break;
+      if (::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left, 250))) <= 0) continue;
+      const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+      if (n == 0) break;
+      if (n < 0) {
+        if (errno == EAGAIN || errno == EINTR) continue;
+        break;
+      }
       total += static_cast<uint64_t>(n);
     }
   }
@@ -412,11 +578,10 @@ struct HttpServer::Impl {
 
   // --- routing -------------------------------------------------------------
 
-  Response Handle(const Request& req, const std::string& peer, tcp::socket& socket) {
+  // `key`: the caller's, checked by Admit for every route that needs one.
+  Response Handle(const Request& req, const std::string& peer, tcp::socket& socket,
+                  const std::optional<store::KeyInfo>& key, Clock::time_point started) {
     const int client_fd = socket.native_handle();
-    const auto started = Clock::now();
-    request_id = NewId().substr(0, 16);
-    request_tenant = "-";
     std::string target(req.target());
     if (auto q = target.find('?'); q != std::string::npos) target.resize(q);
     const std::string method(req.method_string());
@@ -424,8 +589,6 @@ struct HttpServer::Impl {
     Response res;
     const RouteMatch match = MatchPath(target);
     const std::string pattern_route = method + " " + match.pattern;
-    bool known_path = false;
-    for (const auto& r : Routes()) known_path = known_path || r.substr(r.find(' ') + 1) == match.pattern;
     if (route == "GET /healthz") {
       res = Json(http::status::ok, {{"status", "ok"}}, req.version(), true);
     } else if (route == "GET /readyz") {
@@ -448,29 +611,35 @@ struct HttpServer::Impl {
       res.set(http::field::content_type, "application/json");
       res.body() = std::string(OpenApiText());
       res.prepare_payload();
+    } else if (!key) {
+      // Admit refuses every other route without a key; never reached.
+      res = Json(http::status::internal_server_error, V1ErrorBody("internal", "no key checked"), req.version(), false);
     } else if (route == "POST /v1/execute") {
-      res = ExecuteV1(req, peer, socket);
-    } else if (match.pattern.rfind("/v1/sessions", 0) == 0 && known_path) {
-      res = SessionRoute(req, peer, socket, pattern_route, match);
+      res = ExecuteV1(req, *key, peer, socket);
+    } else if (match.pattern.rfind("/v1/sessions", 0) == 0) {
+      res = SessionRoute(req, *key, peer, socket, pattern_route, match);
     } else if (route == "POST /execute") {
-      res = ExecuteReference(req, peer, client_fd);
-    } else if (target == "/mcp") {
-      res = Mcp(req, peer, socket);
-    } else if (known_path) {
-      res = Json(http::status::method_not_allowed,
-                 V1ErrorBody("method_not_allowed", method + " is not allowed on " + target), req.version(), true);
-    } else {
-      res = Json(http::status::not_found, V1ErrorBody("not_found", "no route " + target), req.version(), true);
+      res = ExecuteReference(req, *key, peer, client_fd);
+    } else {  // /mcp
+      res = Mcp(req, *key, peer, socket);
     }
     res.set(http::field::server, "kiln");
     res.set("X-Request-Id", request_id);
+    LogRequest(req, res, started, peer);
+    return res;
+  }
+
+  // Metrics and one log line per request. Never the code or its output (P14).
+  void LogRequest(const Request& req, const Response& res, Clock::time_point started, const std::string& peer) {
+    std::string target(req.target());
+    if (auto q = target.find('?'); q != std::string::npos) target.resize(q);
+    const RouteMatch match = MatchPath(target);
+    const bool known_path = KnownPath(match.pattern);
     const int code = static_cast<int>(res.result_int());
     deps.metrics->RecordHttp(known_path ? match.pattern : "other", code);
-    // One line per request. Never the code or its output (P14).
     KILN_LOG_INFO("request id={} peer={} method={} path={} tenant={} status={} duration_ms={:.1f}",
-                  request_id, peer, method, target, request_tenant, code,
+                  request_id, peer, std::string(req.method_string()), target, request_tenant, code,
                   std::chrono::duration<double, std::milli>(Clock::now() - started).count());
-    return res;
   }
 
   // --- auth ----------------------------------------------------------------
@@ -616,28 +785,6 @@ struct HttpServer::Impl {
     return res;
   }
 
-  // The API key of a /v1 request; a ready response when there is none (401)
-  // or the key store failed (503).
-  std::optional<Response> AuthV1(const Request& req, std::optional<store::KeyInfo>* key) {
-    auto auth = Authenticate(req);
-    if (!auth.ok()) {
-      Response res = Json(http::status::service_unavailable, V1ErrorBody("unavailable", auth.error().message),
-                          req.version(), true);
-      res.set(http::field::retry_after, "5");
-      return res;
-    }
-    *key = *auth;
-    if (!*key) {
-      Response res = Json(http::status::unauthorized,
-                          V1ErrorBody("unauthenticated", "a valid API key is required (Authorization: "
-                                                         "Bearer KEY or X-API-Key: KEY)"),
-                          req.version(), true);
-      res.set(http::field::www_authenticate, "Bearer");
-      return res;
-    }
-    return std::nullopt;
-  }
-
   // An error of a /v1 call as its JSON response (the one table, P7).
   Response V1Error(const Error& e, unsigned version) {
     const auto status = StatusFor(e.code);
@@ -657,10 +804,8 @@ struct HttpServer::Impl {
     return Json(status, V1ErrorBody(code, message, FieldOf(message)), version, true);
   }
 
-  Response ExecuteV1(const Request& req, const std::string& peer, tcp::socket& socket) {
+  Response ExecuteV1(const Request& req, const store::KeyInfo& key, const std::string& peer, tcp::socket& socket) {
     const int client_fd = socket.native_handle();
-    std::optional<store::KeyInfo> key;
-    if (auto refused = AuthV1(req, &key)) return *refused;
     V1Request parsed;
     if (auto e = ParseV1Execute(req.body(), deps.config->server.default_profile, &parsed)) {
       return Json(http::status::bad_request, V1ErrorBody(e->code, e->message, e->field), req.version(), true);
@@ -671,7 +816,7 @@ struct HttpServer::Impl {
       sse.emplace(socket, request_id, deps.config->server.client_timeout_s);
       on_event = [&sse](std::string_view event, const nlohmann::json& data) { sse->Event(event, data); };
     }
-    Outcome out = Run(parsed.exec, *key, peer, client_fd, on_event);
+    Outcome out = Run(parsed.exec, key, peer, client_fd, on_event);
     if (out.rejection) return Rejected(*out.rejection, req.version(), false);
     if (out.error) {
       if (sse && sse->started()) return StreamError(&*sse, *out.error);
@@ -703,21 +848,14 @@ struct HttpServer::Impl {
     return StreamDone(sse, nlohmann::json::parse(V1Error(e, 11).body(), nullptr, false));
   }
 
-  Response ExecuteReference(const Request& req, const std::string& peer, int client_fd) {
-    // The reference design's contract, exactly (docs/api.md, "POST /execute").
-    auto auth = Authenticate(req);
-    if (!auth.ok()) {
-      Response res = Json(http::status::service_unavailable, {{"detail", auth.error().message}}, req.version(), true);
-      res.set(http::field::retry_after, "5");
-      return res;
-    }
-    const auto& key = *auth;
-    if (!key) return Json(http::status::unauthorized, {{"detail", "Invalid API Key"}}, req.version(), true);
+  Response ExecuteReference(const Request& req, const store::KeyInfo& key, const std::string& peer, int client_fd) {
+    // The reference design's contract, exactly (docs/api.md, "POST /execute");
+    // its 401 and 503 are Admit's.
     ReferenceRequest parsed;
     if (auto e = ParseReferenceExecute(req.body(), deps.config->server.default_profile, &parsed)) {
       return Json(http::status::unprocessable_entity, ReferenceValidationBody(*e), req.version(), true);
     }
-    Outcome out = Run(parsed.exec, *key, peer, client_fd);
+    Outcome out = Run(parsed.exec, key, peer, client_fd);
     if (out.rejection) return Rejected(*out.rejection, req.version(), true);
     if (out.error) {
       const auto status = out.error->code == Code::kInvalidArgument ? http::status::unprocessable_entity
@@ -760,9 +898,7 @@ struct HttpServer::Impl {
 
   // --- MCP (docs/mcp.md) -----------------------------------------------------
 
-  Response Mcp(const Request& req, const std::string& peer, tcp::socket& socket) {
-    std::optional<store::KeyInfo> key;
-    if (auto refused = AuthV1(req, &key)) return *refused;
+  Response Mcp(const Request& req, const store::KeyInfo& key, const std::string& peer, tcp::socket& socket) {
     if (!mcp) return Json(http::status::service_unavailable, V1ErrorBody("unavailable", "sessions are off"), req.version(), true);
     auto header = [&req](std::string_view name) -> std::optional<std::string> {
       auto it = req.find(boost::beast::string_view(name.data(), name.size()));
@@ -777,8 +913,8 @@ struct HttpServer::Impl {
     m.session_id = header("Mcp-Session-Id");
     m.protocol_version = header("MCP-Protocol-Version");
     m.body = req.body();
-    m.tenant = key->tenant;
-    m.key_id = key->id;
+    m.tenant = key.tenant;
+    m.key_id = key.id;
     m.peer = peer;
     McpSseWriter sse(socket, request_id, deps.config->server.client_timeout_s);
     auto reply = mcp->Handle(m, &sse);
@@ -796,15 +932,13 @@ struct HttpServer::Impl {
 
   // --- sessions --------------------------------------------------------------
 
-  Response SessionRoute(const Request& req, const std::string& peer, tcp::socket& socket,
+  Response SessionRoute(const Request& req, const store::KeyInfo& key, const std::string& peer, tcp::socket& socket,
                         const std::string& route, const RouteMatch& m) {
     const unsigned v = req.version();
-    std::optional<store::KeyInfo> key;
-    if (auto refused = AuthV1(req, &key)) return *refused;
     if (deps.sessions == nullptr) {
       return Json(http::status::service_unavailable, V1ErrorBody("unavailable", "sessions are off"), v, true);
     }
-    const sessions::Caller caller{key->tenant, key->id, peer};
+    const sessions::Caller caller{key.tenant, key.id, peer};
     auto no_content = [v] {
       Response res{http::status::no_content, v};
       res.keep_alive(true);

@@ -1,5 +1,9 @@
 #include "ipc/frame.h"
 
+#include <string>
+
+#include "base/json_depth.h"
+
 namespace kiln::ipc {
 
 std::string EncodeFrame(std::string_view payload) {
@@ -41,6 +45,9 @@ Result<std::optional<std::string>> FrameReader::Next() {
 }
 
 Result<nlohmann::json> ParseFrame(std::string_view payload) {
+  if (!JsonDepthWithin(payload)) {
+    return InvalidArgument("frame nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  }
   nlohmann::json j = nlohmann::json::parse(payload, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return InvalidArgument("frame is not valid JSON");
   if (!j.is_object()) return InvalidArgument("frame is not a JSON object");

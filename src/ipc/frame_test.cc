@@ -72,6 +72,18 @@ TEST(Frame, ParseRejectsGarbage) {
   EXPECT_TRUE(ParseFrame("{\"type\":\"a\",\"extra\":[1]}").ok());
 }
 
+// A display_data frame whose metadata nests 60,000 deep used to crash the
+// supervisor (copying it recursed once per level): refused, unparsed.
+TEST(Frame, DeepNestingIsRefusedBeforeParsing) {
+  const std::string deep = "{\"type\":\"display_data\",\"metadata\":" + std::string(60000, '[') +
+                           std::string(60000, ']') + "}";
+  auto r = ParseFrame(deep);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("deeper than 64"), std::string::npos) << r.error().message;
+  const std::string ok = "{\"type\":\"a\",\"m\":" + std::string(63, '[') + std::string(63, ']') + "}";
+  EXPECT_TRUE(ParseFrame(ok).ok());
+}
+
 TEST(Frame, TypedGetters) {
   auto j = nlohmann::json::parse(R"({"s":"x","i":3,"f":1.5,"m":{"a":"b"},"bad":{"a":1}})");
   EXPECT_EQ(*GetString(j, "s"), "x");

@@ -7,31 +7,6 @@ namespace {
 
 // The deepest nesting of arrays and objects in `text`, outside strings; stops
 // counting past `limit`.
-int Depth(std::string_view text, int limit) {
-  int depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > deepest) deepest = depth;
-      if (deepest > limit) return deepest;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return deepest;
-}
 
 bool ValidId(const nlohmann::json& id) { return id.is_string() || id.is_number_integer(); }
 
@@ -47,7 +22,7 @@ Message Invalid(nlohmann::json id, int code, std::string message) {
 }  // namespace
 
 std::optional<nlohmann::json> Parse(std::string_view text) {
-  if (Depth(text, kMaxDepth) > kMaxDepth) return std::nullopt;
+  if (!JsonDepthWithin(text, kMaxDepth)) return std::nullopt;
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return std::nullopt;
   return j;

@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 
+#include "base/json_depth.h"
+
 namespace kiln::mcp::jsonrpc {
 
 inline constexpr int kParseError = -32700;
@@ -22,8 +24,8 @@ inline constexpr int kInternalError = -32603;
 inline constexpr int kServerError = -32000;
 inline constexpr int kSessionNotFound = -32001;
 
-// Deeper JSON than this is refused before it is parsed.
-inline constexpr int kMaxDepth = 64;
+// Deeper JSON than this is refused before it is parsed (base/json_depth.h).
+inline constexpr int kMaxDepth = kMaxJsonDepth;
 
 enum class Kind {
   kRequest,       // method + id: gets exactly one response

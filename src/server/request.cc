@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "base/base64.h"
+#include "base/json_depth.h"
 #include "base/units.h"
 #include "policy/policy.h"
 
@@ -17,6 +18,9 @@ FieldError Err(std::string field, std::string code, std::string message) {
 }
 
 std::optional<FieldError> ParseObject(const std::string& body, nlohmann::json* j) {
+  if (!JsonDepthWithin(body)) {
+    return Err("", "invalid_json", "the body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  }
   *j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j->is_discarded()) return Err("", "invalid_json", "the body is not valid JSON");
   if (!j->is_object()) return Err("", "invalid_json", "the body must be a JSON object");

@@ -40,6 +40,8 @@ TEST(V1Execute, ErrorsNameTheField) {
   } cases[] = {
       {"not json", "", "invalid_json"},
       {"[1]", "", "invalid_json"},
+      {"{\"code\":\"1\",\"env\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}",
+       "", "invalid_json"},
       {"{}", "code", "missing_field"},
       {R"J({"code":3})J", "code", "invalid_type"},
       {R"J({"code":""})J", "code", "invalid_value"},

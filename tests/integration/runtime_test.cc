@@ -248,6 +248,22 @@ TEST_F(RuntimeTest, ForgedFrameOfUnknownTypeIsAProtocolError) {
   EXPECT_NE(r.j["reason"].get<std::string>().find("become_root"), std::string::npos) << r.Describe();
 }
 
+// A display_data frame whose metadata nests 60,000 deep (360 KB) made `kiln
+// run` exit 139: the supervisor recursed once per level. It is refused
+// unparsed, as a protocol error, and the supervisor lives to say so.
+TEST_F(RuntimeTest, DeeplyNestedFrameIsAProtocolErrorNotACrash) {
+  JsonRun r = RunPython(
+      "import os, struct\n"
+      "m = (b'{\"type\": \"display_data\", \"cell\": 1, \"data\": {\"text/plain\": \"x\"}, \"metadata\": '\n"
+      "     + b'[' * 60000 + b']' * 60000 + b'}')\n"
+      "os.write(3, struct.pack('>I', len(m)) + m)\nimport time\ntime.sleep(30)\n",
+      {"--timeout", "20"});
+  EXPECT_EQ(r.raw.term_signal, 0) << r.Describe();
+  EXPECT_EQ(r.status(), "protocol_error") << r.Describe();
+  EXPECT_NE(r.j.value("reason", "").find("deeper than 64"), std::string::npos) << r.Describe();
+  EXPECT_LT(r.raw.elapsed_ms, 15000);
+}
+
 TEST_F(RuntimeTest, FrameFloodEndsAsOutputLimit) {
   JsonRun r = RunPython(
       "import os, json, struct\n"

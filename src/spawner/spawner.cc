@@ -5,10 +5,12 @@
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -423,6 +425,36 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
   RunOneShot(ch, *frame, config, host, std::move(pooled));
 }
 
+// A supervisor reads what a sandbox made (frames, files, directory listings)
+// and is outside the sandbox's memory cgroup: whatever a bug in that reading
+// lets a sandbox inflate, this soft RLIMIT_DATA bounds per supervisor (the
+// returned files, 64 MiB, and their encodings fit well below). The sandbox
+// it clones lifts it again (isolation::BuildRlimitPlan). Not under
+// AddressSanitizer, whose shadow memory counts as data.
+constexpr rlim_t kSupervisorDataBytes = 1ULL << 30;
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
+void LimitOwnMemory() {
+  if (kAddressSanitizer) return;
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_DATA, &rl) != 0) return;
+  if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > kSupervisorDataBytes) {
+    rl.rlim_cur = std::min<rlim_t>(kSupervisorDataBytes, rl.rlim_max);
+    (void)::setrlimit(RLIMIT_DATA, &rl);
+  }
+}
+
 [[noreturn]] void SpawnerMain(int control, pid_t server, const config::Config& config,
                               const supervisor::HostContext& host) {
   // Dies with the server; everything below dies with us the same way.
@@ -515,6 +547,7 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
       ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
       if (::getppid() != self) ::_exit(0);
       ::prctl(PR_SET_NAME, "kiln-supervise", 0, 0, 0);
+      LimitOwnMemory();
       ::close(control);
       pool_fd.Reset();
       stock.Clear();  // only our own sandbox's fds stay open

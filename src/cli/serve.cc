@@ -68,7 +68,28 @@ int DoServe(const ServeFlags& f) {
     cfg.server.concurrency = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
 
-  // --- State: the audit log and keys.
+  // --- The host, once; leftovers of a crashed server; readiness.
+  auto host = supervisor::LoadHostContext();
+  if (!host.ok()) return Fail(host.error().ToString());
+  if (host->cgroups) {
+    auto removed = host->cgroups->RemoveStale(IsStaleSandboxCgroup);
+    if (removed.ok() && *removed > 0) KILN_LOG_WARN("removed {} stale sandbox cgroup(s)", *removed);
+  }
+  if (Status s = supervisor::EnsureFontCache(*host); !s.ok()) {
+    KILN_LOG_WARN("no matplotlib font cache: {}", s.error().ToString());
+  }
+  nlohmann::json readiness = DoctorReport(/*smoke_test=*/true);
+  if (!readiness.value("ready", false)) {
+    KILN_LOG_ERROR("not ready: {} (GET /readyz answers 503)", readiness.value("verdict", ""));
+  }
+
+  // --- The spawner: the last fork of this process, and before anything
+  // secret is opened: no supervisor, pool process or sandbox pid 1 (forks
+  // that never exec) inherits the store's fds, mappings or page cache.
+  auto spawner = spawner::Spawner::Start(cfg, std::move(*host));
+  if (!spawner.ok()) return Fail(spawner.error().ToString());
+
+  // --- State: the audit log and keys (the server alone holds them).
   auto store = store::Store::Open(cfg.server.data_dir);
   if (!store.ok()) return Fail(store.error().ToString());
   if (auto n = (*store)->MarkInterrupted(); n.ok() && *n > 0) {
@@ -87,25 +108,6 @@ int DoServe(const ServeFlags& f) {
               << cfg.server.data_dir << "`):\n";
     std::cout << key->key << std::endl;
   }
-
-  // --- The host, once; leftovers of a crashed server; readiness.
-  auto host = supervisor::LoadHostContext();
-  if (!host.ok()) return Fail(host.error().ToString());
-  if (host->cgroups) {
-    auto removed = host->cgroups->RemoveStale(IsStaleSandboxCgroup);
-    if (removed.ok() && *removed > 0) KILN_LOG_WARN("removed {} stale sandbox cgroup(s)", *removed);
-  }
-  if (Status s = supervisor::EnsureFontCache(*host); !s.ok()) {
-    KILN_LOG_WARN("no matplotlib font cache: {}", s.error().ToString());
-  }
-  nlohmann::json readiness = DoctorReport(/*smoke_test=*/true);
-  if (!readiness.value("ready", false)) {
-    KILN_LOG_ERROR("not ready: {} (GET /readyz answers 503)", readiness.value("verdict", ""));
-  }
-
-  // --- The spawner: the last fork of this process.
-  auto spawner = spawner::Spawner::Start(cfg, std::move(*host));
-  if (!spawner.ok()) return Fail(spawner.error().ToString());
 
   // From here on there are threads: SIGTERM/SIGINT are taken by sigwait below.
   sigset_t stop_signals;

@@ -18,6 +18,7 @@ int IntAfter(const std::string& text, const std::string& key) {
 }
 
 TEST_F(ResourceEscape, ForkBombHitsThePidsLimitAndLeavesNothing) {
+  KILN_REQUIRE_CGROUP_LIMITS();
   // Layer: the pids cgroup (--pids 64): fork fails with EAGAIN, which Python
   // raises as BlockingIOError. The children (sleep, argv[0] = marker) die
   // with the pid namespace when the program ends.
@@ -35,6 +36,7 @@ TEST_F(ResourceEscape, ForkBombHitsThePidsLimitAndLeavesNothing) {
 }
 
 TEST_F(ResourceEscape, MemoryBombIsKilledByTheCgroupOom) {
+  KILN_REQUIRE_CGROUP_LIMITS();
   // Layer: memory cgroup (--memory 128m, no swap). 1 GiB, every page touched.
   const JsonRun r = RunProbe(R"PY(
 block = bytearray(1 << 30)
@@ -51,6 +53,7 @@ print("survived")
 }
 
 TEST_F(ResourceEscape, ThreadBombStopsBelowThePidsLimitAndEndsCleanly) {
+  KILN_REQUIRE_CGROUP_LIMITS();
   // Layer: the pids cgroup counts threads too (--pids 32): thread creation
   // fails (RuntimeError "can't start new thread"), the program releases and
   // joins what it started, and exits 0.

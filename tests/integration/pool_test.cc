@@ -22,6 +22,7 @@
 #include "cli/pool.h"
 #include "config/config.h"
 #include "supervisor/sandbox.h"
+#include "testlib/host_facts.h"
 #include "testlib/kiln_runner.h"
 #include "testlib/kiln_server.h"
 #include "zygote/pool.h"
@@ -54,6 +55,8 @@ class PoolTest : public ::testing::Test {
 
   void SetUp() override {
     if (!skip_.empty()) GTEST_SKIP() << skip_;
+    RequireSandbox();
+    if (IsSkipped() || HasFatalFailure()) return;
     auto b = config::PolicyFor(**config::BuiltinConfig().Find("default"), {});
     ASSERT_TRUE(b.ok());
     auto p = b->Build();
@@ -230,6 +233,7 @@ except OSError as e: print("connect", e.errno)
 }
 
 TEST_F(PoolTest, RandomStreamsDiffer) {
+  KILN_REQUIRE_PYTHON_MODULES("numpy");
   const std::string code =
       "import random, numpy\nprint(random.getrandbits(64), numpy.random.randint(1 << 62), "
       "hash(1))\n";

@@ -19,7 +19,7 @@ from kiln_client import (BadRequest, ExecutionResult, KilnClient, NotFound,  # n
                          Session, SessionBusy, SessionGone, SessionInfo, StreamEvent,
                          WorkspaceFile)
 
-from kiln_server import KilnServer, find_kiln  # noqa: E402
+from kiln_server import KilnServer, find_kiln, require_modules  # noqa: E402
 
 EXAMPLES = os.path.join(HERE, "..", "examples")
 
@@ -386,6 +386,7 @@ class SessionsAgainstServer(unittest.TestCase):
     # --- the agent tool ----------------------------------------------------------------------
 
     def test_langchain_style_stateful_tool(self):
+        require_modules("numpy")
         mod = load_example("langchain_tool")
         with mod.StatefulPythonSandboxTool(self.client) as tool:
             self.assertEqual(tool.name, "python_session")

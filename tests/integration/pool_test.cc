@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -208,17 +209,29 @@ TEST_F(PoolTest, SiblingsHaveSeparateTmpIpcAndAbstractSockets) {
   zygote::PooledChild a = Take();
   zygote::PooledChild b = Take();
   // A runs while B looks: its /tmp file, its abstract socket and its SysV
-  // shared memory are invisible to B.
+  // shared memory are invisible to B. A says it is ready with its last file,
+  // which this test (root) sees through /proc/PID/root, and lives until the
+  // test drops "go" into its workspace, so B really runs beside it however
+  // slow the host is.
+  const std::string a_root = "/proc/" + std::to_string(a.sandbox.worker_pid) + "/root";
   Background ba = RunInBackground(std::move(a), R"PY(
 import os, socket, time
 open("/tmp/from-a", "w").write("a")
 open("/workspace/from-a", "w").write("a")
 s = socket.socket(socket.AF_UNIX); s.bind("\0kiln-pool-test"); s.listen()
 open("/dev/shm/from-a", "w").write("a")
-time.sleep(8)
+deadline = time.monotonic() + 120
+while not os.path.exists("/workspace/go") and time.monotonic() < deadline:
+    time.sleep(0.02)
 print("a done", sorted(os.listdir("/tmp")))
 )PY");
-  ::usleep(3000 * 1000);  // A has made its files and socket by then (even on a busy host)
+  struct Go {  // lets A end, also when an assertion below returns early
+    std::string path;
+    void Send() const { std::ofstream(path) << "go"; }
+    ~Go() { Send(); }
+  } go{a_root + "/workspace/go"};
+  ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(a_root + "/dev/shm/from-a"); }, 60s))
+      << "A never made its files";
   const supervisor::ExecutionResult rb = Run(std::move(b), R"PY(
 import os, socket
 print(sorted(os.listdir("/tmp")), os.listdir("/workspace"), os.listdir("/dev/shm"))
@@ -229,6 +242,8 @@ except OSError as e: print("connect", e.errno)
 )PY");
   EXPECT_EQ(rb.outcome, supervisor::Outcome::kOk) << rb.reason << "\n" << rb.stderr_data;
   EXPECT_EQ(rb.stdout_data, "['matplotlib'] [] []\nconnect 111\n") << rb.stderr_data;
+  EXPECT_TRUE(std::filesystem::exists(a_root + "/dev/shm/from-a")) << "A ended before B had looked";
+  go.Send();
   EXPECT_EQ(Finish(ba), "ok\na done ['from-a', 'matplotlib']\n");
 }
 
@@ -313,7 +328,8 @@ TEST_F(PoolTest, BrokenZygoteHandsOutNothing) {
     po.max = 1;
     auto pool = zygote::Pool::Create(*host_, po);
     if (!pool.ok()) ::_exit(11);
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    // Ends as soon as two children have failed; the bound is for a broken pool.
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
     while (std::chrono::steady_clock::now() < deadline && (*pool)->stats().child_failures < 2) {
       (*pool)->Step(50);
     }

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -211,25 +212,29 @@ TEST_F(PoolTest, SiblingsHaveSeparateTmpIpcAndAbstractSockets) {
   // A runs while B looks: its /tmp file, its abstract socket and its SysV
   // shared memory are invisible to B. A says it is ready with its last file,
   // which this test (root) sees through /proc/PID/root, and lives until the
-  // test drops "go" into its workspace, so B really runs beside it however
-  // slow the host is.
-  const std::string a_root = "/proc/" + std::to_string(a.sandbox.worker_pid) + "/root";
+  // test sends it SIGUSR1, so B really runs beside it however slow the host.
+  const pid_t a_worker = a.sandbox.worker_pid;
+  const std::string a_root = "/proc/" + std::to_string(a_worker) + "/root";
   Background ba = RunInBackground(std::move(a), R"PY(
-import os, socket, time
+import os, signal, socket, threading
+go = threading.Event()
+signal.signal(signal.SIGUSR1, lambda *_: go.set())
 open("/tmp/from-a", "w").write("a")
 open("/workspace/from-a", "w").write("a")
 s = socket.socket(socket.AF_UNIX); s.bind("\0kiln-pool-test"); s.listen()
 open("/dev/shm/from-a", "w").write("a")
-deadline = time.monotonic() + 120
-while not os.path.exists("/workspace/go") and time.monotonic() < deadline:
-    time.sleep(0.02)
+go.wait(120)
 print("a done", sorted(os.listdir("/tmp")))
 )PY");
   struct Go {  // lets A end, also when an assertion below returns early
-    std::string path;
-    void Send() const { std::ofstream(path) << "go"; }
-    ~Go() { Send(); }
-  } go{a_root + "/workspace/go"};
+    int pidfd;   // A's worker, so a later signal cannot reach a reused pid
+    void Send() const { ::syscall(SYS_pidfd_send_signal, pidfd, SIGUSR1, nullptr, 0); }
+    ~Go() {
+      Send();
+      ::close(pidfd);
+    }
+  } go{static_cast<int>(::syscall(SYS_pidfd_open, a_worker, 0))};
+  ASSERT_GE(go.pidfd, 0);
   ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(a_root + "/dev/shm/from-a"); }, 60s))
       << "A never made its files";
   const supervisor::ExecutionResult rb = Run(std::move(b), R"PY(

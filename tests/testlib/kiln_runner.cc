@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -395,15 +396,23 @@ std::string UniqueMarker(const std::string& prefix) {
 }
 
 std::vector<pid_t> PgrepF(const std::string& marker) {
-  const ProcessResult r = RunProcess({"/usr/bin/pgrep", "-f", "--", marker});
-  // pgrep: 0 = matches, 1 = none; anything else is a broken check.
-  EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 1)
-      << "pgrep failed: exit " << r.exit_code << " " << r.err;
+  // What `pgrep -f` does, without needing procps on the host: every process
+  // whose command line (arguments joined by spaces) contains `marker`.
   std::vector<pid_t> pids;
-  for (const auto& line : Lines(r.out)) {
-    const pid_t p = static_cast<pid_t>(std::atoi(line.c_str()));
-    if (p > 0 && p != ::getpid()) pids.push_back(p);
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::optional<std::string> cmdline = ReadFile("/proc/" + name + "/cmdline");
+    if (!cmdline || cmdline->empty()) continue;  // gone, or a kernel thread or zombie
+    for (char& c : *cmdline) {
+      if (c == '\0') c = ' ';
+    }
+    const pid_t p = static_cast<pid_t>(std::atoi(name.c_str()));
+    if (cmdline->find(marker) != std::string::npos && p != ::getpid()) pids.push_back(p);
   }
+  EXPECT_FALSE(ec) << "cannot list /proc: " << ec.message();
+  std::sort(pids.begin(), pids.end());
   return pids;
 }
 

@@ -147,7 +147,7 @@ class SandboxTest : public ::testing::Test {
 std::string UniqueMarker(const std::string& prefix);
 
 // pids (other than our own) whose /proc/PID/cmdline contains `marker`, as
-// `pgrep -f` reports them.
+// `pgrep -f` reports them (read from /proc directly: procps may be missing).
 std::vector<pid_t> PgrepF(const std::string& marker);
 
 // Splits on '\n', dropping one trailing empty line.

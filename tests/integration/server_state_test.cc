@@ -158,7 +158,15 @@ TEST_F(ServerState, NoSandboxHoldsTheServersStore) {
   auto sleeper = std::async(std::launch::async, [this] {
     return Post("/v1/execute", {{"code", "import time; print('awake'); time.sleep(4)"}});
   });
-  std::this_thread::sleep_for(1500ms);
+  // Looked at while both run: the session's supervisor and the one-shot's.
+  const bool both = kiln_server_detail::WaitFor(
+      [this] {
+        size_t supervisors = 0;
+        for (const auto& p : Descendants(server_.pid())) supervisors += p.comm == "kiln-supervise";
+        return supervisors >= 2;
+      },
+      30s);
+  EXPECT_TRUE(both) << "the one-shot's supervisor never showed up";
   size_t looked_at = 0;
   const auto leaks = Leaks(&looked_at);
   EXPECT_GE(looked_at, 4u) << "expected the spawner, supervisors, sandbox processes";

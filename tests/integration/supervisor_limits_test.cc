@@ -111,6 +111,8 @@ TEST_F(SupervisorLimits, TwentyThousandSymlinksLeaveABoundedRecord) {
 }
 
 TEST_F(SupervisorLimits, SupervisorsHaveADataLimitTheirSandboxesDoNot) {
+  // Without cgroups the sandbox's RLIMIT_DATA is its memory limit instead.
+  KILN_REQUIRE_CGROUP_LIMITS();
   const HttpResponse created = Post("/v1/sessions", {{"memory", "2g"}});
   ASSERT_EQ(created.status, 201) << created.Describe();
   const std::string id = Parse(created).value("id", "");

@@ -30,6 +30,7 @@
 #include "testlib/http_client.h"
 #include "testlib/kiln_runner.h"
 #include "testlib/kiln_server.h"
+#include "testlib/procs.h"
 
 namespace kiln::testing {
 namespace {
@@ -42,36 +43,12 @@ using kiln_server_detail::Parse;
 using kiln_server_detail::Trim;
 using kiln_server_detail::WaitFor;
 
-struct Proc {
-  pid_t pid;
-  pid_t ppid;
-  std::string comm;
-};
-
-std::vector<Proc> ChildrenOf(pid_t parent) {
-  std::vector<Proc> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator("/proc", ec)) {
-    const std::string pid = e.path().filename();
-    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    auto stat = ReadFile("/proc/" + pid + "/stat");
-    if (!stat) continue;
-    const size_t lp = stat->find('('), rp = stat->rfind(')');
-    if (lp == std::string::npos || rp == std::string::npos) continue;
-    std::istringstream rest(stat->substr(rp + 2));
-    char state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == parent && state != 'Z') out.push_back({std::atoi(pid.c_str()), ppid, stat->substr(lp + 1, rp - lp - 1)});
-  }
-  return out;
-}
+std::vector<ProcInfo> ChildrenOf(pid_t parent) { return ChildProcs(parent); }
 
 std::optional<pid_t> ChildNamed(pid_t parent, const std::string& comm) {
-  for (const auto& p : ChildrenOf(parent)) {
-    if (p.comm == comm) return p.pid;
-  }
-  return std::nullopt;
+  const auto kids = ChildProcs(parent, comm);
+  if (kids.empty()) return std::nullopt;
+  return kids.front().pid;
 }
 
 // Two clients sending print(1) back to back, recording every answer.

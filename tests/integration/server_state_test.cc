@@ -22,6 +22,7 @@
 #include "testlib/http_client.h"
 #include "testlib/kiln_runner.h"
 #include "testlib/kiln_server.h"
+#include "testlib/procs.h"
 
 namespace kiln::testing {
 namespace {
@@ -33,51 +34,8 @@ using namespace std::chrono_literals;
 using kiln_server_detail::Parse;
 using kiln_server_detail::Trim;
 
-struct Proc {
-  pid_t pid;
-  pid_t ppid;
-  std::string comm;
-};
-
-std::vector<Proc> AllProcs() {
-  std::vector<Proc> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator("/proc", ec)) {
-    const std::string pid = e.path().filename();
-    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    auto stat = ReadFile("/proc/" + pid + "/stat");
-    if (!stat) continue;
-    const size_t lp = stat->find('('), rp = stat->rfind(')');
-    if (lp == std::string::npos || rp == std::string::npos) continue;
-    std::istringstream rest(stat->substr(rp + 2));
-    char state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    out.push_back({std::atoi(pid.c_str()), ppid, stat->substr(lp + 1, rp - lp - 1)});
-  }
-  return out;
-}
-
-// Every process below `root` (not itself).
-std::vector<Proc> Descendants(pid_t root) {
-  const auto all = AllProcs();
-  std::vector<Proc> out;
-  std::vector<pid_t> frontier{root};
-  while (!frontier.empty()) {
-    const pid_t p = frontier.back();
-    frontier.pop_back();
-    for (const auto& q : all) {
-      if (q.ppid == p) {
-        out.push_back(q);
-        frontier.push_back(q.pid);
-      }
-    }
-  }
-  return out;
-}
-
 // "comm[pid]: what" for each fd or mapping of `pid` naming something under `dir`.
-std::vector<std::string> HoldsOf(const Proc& p, const std::string& dir) {
+std::vector<std::string> HoldsOf(const ProcInfo& p, const std::string& dir) {
   std::vector<std::string> found;
   const std::string base = "/proc/" + std::to_string(p.pid);
   std::error_code ec;
@@ -128,7 +86,7 @@ memory = "256m"
   std::vector<std::string> Leaks(size_t* looked_at) {
     std::vector<std::string> found;
     *looked_at = 0;
-    for (const auto& p : Descendants(server_.pid())) {
+    for (const auto& p : DescendantProcs(server_.pid())) {
       ++*looked_at;
       for (auto& f : HoldsOf(p, data_)) found.push_back(std::move(f));
     }
@@ -162,7 +120,7 @@ TEST_F(ServerState, NoSandboxHoldsTheServersStore) {
   const bool both = kiln_server_detail::WaitFor(
       [this] {
         size_t supervisors = 0;
-        for (const auto& p : Descendants(server_.pid())) supervisors += p.comm == "kiln-supervise";
+        for (const auto& p : DescendantProcs(server_.pid())) supervisors += p.comm == "kiln-supervise";
         return supervisors >= 2;
       },
       30s);

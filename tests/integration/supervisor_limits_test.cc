@@ -19,6 +19,7 @@
 #include "testlib/http_client.h"
 #include "testlib/kiln_runner.h"
 #include "testlib/kiln_server.h"
+#include "testlib/procs.h"
 
 namespace kiln::testing {
 namespace {
@@ -32,20 +33,7 @@ using kiln_server_detail::Trim;
 // Children of `parent` whose comm is `name`.
 std::vector<pid_t> ChildrenNamed(pid_t parent, const std::string& name) {
   std::vector<pid_t> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator("/proc", ec)) {
-    const std::string pid = e.path().filename();
-    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    auto stat = ReadFile("/proc/" + pid + "/stat");
-    if (!stat) continue;
-    const size_t lp = stat->find('('), rp = stat->rfind(')');
-    if (lp == std::string::npos || rp == std::string::npos) continue;
-    std::istringstream rest(stat->substr(rp + 2));
-    char state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid == parent && stat->substr(lp + 1, rp - lp - 1) == name) out.push_back(std::atoi(pid.c_str()));
-  }
+  for (const auto& p : ChildProcs(parent, name)) out.push_back(p.pid);
   return out;
 }
 

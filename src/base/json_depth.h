@@ -22,4 +22,10 @@ inline bool JsonDepthWithin(std::string_view text, int limit = kMaxJsonDepth) {
   return JsonDepth(text, limit) <= limit;
 }
 
+// nlohmann's lexer takes a NUL byte for the end of its input: it would parse
+// "{...}\0anything" as "{...}" and never look at the rest. A raw NUL is never
+// JSON text (RFC 8259: control characters only appear escaped, in strings),
+// so every decoder of untrusted JSON refuses text with one before parsing.
+inline bool HasNulByte(std::string_view text) { return text.find('\0') != std::string_view::npos; }
+
 }  // namespace kiln

@@ -37,18 +37,25 @@ Result<uint64_t> SizeValue(const std::string& source, const toml::node& node, co
 }
 
 // Durations as "30s"/"500ms" strings or numbers of seconds.
+// The longest duration a setting may hold (about 31 years): TOML's inf and
+// 1e300 are numbers too, and the settings become milliseconds and deadlines
+// (a float-to-integer conversion past its range is undefined behaviour).
+constexpr double kMaxSeconds = 1e9;
+
 Result<double> SecondsValue(const std::string& source, const toml::node& node, const std::string& key) {
+  double v = 0;
   if (node.is_integer() || node.is_floating_point()) {
-    const double v = node.value<double>().value_or(0);
+    v = node.value<double>().value_or(0);
     if (!(v > 0)) return KeyError(source, node, key, "must be positive");
-    return v;
+  } else if (auto s = node.value<std::string>()) {
+    auto parsed = ParseSeconds(*s);
+    if (!parsed.ok()) return KeyError(source, node, key, parsed.error().message);
+    v = *parsed;
+  } else {
+    return KeyError(source, node, key, "must be seconds (30, 1.5) or a duration (\"500ms\")");
   }
-  if (auto s = node.value<std::string>()) {
-    auto v = ParseSeconds(*s);
-    if (!v.ok()) return KeyError(source, node, key, v.error().message);
-    return *v;
-  }
-  return KeyError(source, node, key, "must be seconds (30, 1.5) or a duration (\"500ms\")");
+  if (!(v <= kMaxSeconds)) return KeyError(source, node, key, "must be at most 1e9 seconds");
+  return v;
 }
 
 Result<double> NumberValue(const std::string& source, const toml::node& node, const std::string& key) {

@@ -45,6 +45,7 @@ Result<std::optional<std::string>> FrameReader::Next() {
 }
 
 Result<nlohmann::json> ParseFrame(std::string_view payload) {
+  if (HasNulByte(payload)) return InvalidArgument("frame holds a NUL byte (never part of JSON text)");
   if (!JsonDepthWithin(payload)) {
     return InvalidArgument("frame nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   }

@@ -18,6 +18,7 @@ FieldError Err(std::string field, std::string code, std::string message) {
 }
 
 std::optional<FieldError> ParseObject(const std::string& body, nlohmann::json* j) {
+  if (HasNulByte(body)) return Err("", "invalid_json", "the body holds a NUL byte (never part of JSON text)");
   if (!JsonDepthWithin(body)) {
     return Err("", "invalid_json", "the body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   }

@@ -383,7 +383,14 @@ TEST_F(McpHttp, IdleSessionsAreReaped) {
     std::this_thread::sleep_for(20ms);
   }
   EXPECT_EQ(service->sessions(), 0u);
-  EXPECT_EQ(state->deleted, state->created);
+  // The reaper takes the session out of the table first and ends its kiln
+  // session after, outside the table's lock: wait for that deletion too.
+  {
+    std::unique_lock<std::mutex> lock(state->m);
+    state->cv.wait_until(lock, deadline + 5s,
+                         [&] { return state->deleted.size() >= state->created.size(); });
+    EXPECT_EQ(state->deleted, state->created);
+  }
   EXPECT_EQ(
       service->Handle(Post({{"jsonrpc", "2.0"}, {"id", 3}, {"method", "ping"}}, id), &sse)->status,
       404);

@@ -309,9 +309,11 @@ class CgroupV2 final : public Cgroup {
       u.cpu_usec = *v;
     }
     // memory.peak appeared in 5.19; older kernels have no v2 high-water mark.
+    // After ResetMemoryPeak it is read through the descriptor that reset it.
     std::string peak_path = JoinPath(dir_, "memory.peak");
-    if (fs_->Exists(peak_path)) {
-      KILN_ASSIGN_OR_RETURN(std::string peak, fs_->ReadFile(peak_path));
+    if (peak_fd_ || fs_->Exists(peak_path)) {
+      KILN_ASSIGN_OR_RETURN(std::string peak,
+                            peak_fd_ ? fs_->ReadAt(peak_fd_.get()) : fs_->ReadFile(peak_path));
       if (auto v = ParseU64(peak)) {
         u.has_memory_peak = true;
         u.memory_peak = *v;
@@ -333,6 +335,16 @@ class CgroupV2 final : public Cgroup {
     return u;
   }
 
+  bool ResetMemoryPeak() override {
+    if (removed_) return false;
+    const std::string peak_path = JoinPath(dir_, "memory.peak");
+    if (!fs_->Exists(peak_path)) return false;
+    auto fd = fs_->OpenAndResetPeak(peak_path);
+    if (!fd.ok()) return false;  // before 6.12: read-only, the lifetime's peak
+    peak_fd_ = std::move(*fd);
+    return true;
+  }
+
   Status KillAll() override {
     if (removed_) return OkStatus();
     // cgroup.kill (5.14) kills every task atomically, forks in flight included.
@@ -351,6 +363,7 @@ class CgroupV2 final : public Cgroup {
   Status Remove() override {
     if (removed_) return OkStatus();
     dir_fd_.Reset();
+    peak_fd_.Reset();
     KILN_TRY(RemoveDirRetrying(*fs_, dir_));
     removed_ = true;
     return OkStatus();
@@ -366,6 +379,7 @@ class CgroupV2 final : public Cgroup {
   std::shared_ptr<CgroupFs> fs_;
   std::string dir_;
   UniqueFd dir_fd_;
+  UniqueFd peak_fd_;  // memory.peak, reset through it (ResetMemoryPeak)
   bool removed_ = false;
 };
 
@@ -458,6 +472,12 @@ class CgroupV1 final : public Cgroup {
       u.oom_kills = FindKeyedValue(oom, "oom_kill").value_or(0);
     }
     return u;
+  }
+
+  bool ResetMemoryPeak() override {
+    const std::string* dir = DirOf("memory");
+    if (dir == nullptr) return false;
+    return fs_->WriteFile(JoinPath(*dir, "memory.max_usage_in_bytes"), "0").ok();
   }
 
   Status KillAll() override {
@@ -592,6 +612,32 @@ Result<std::string> CgroupFs::ReadFile(const std::string& path) {
     if (n == 0) break;
     out.append(buf, static_cast<size_t>(n));
     if (out.size() > kMaxReadBytes) return Internal(path + " is larger than expected");
+  }
+  return out;
+}
+
+Result<UniqueFd> CgroupFs::OpenAndResetPeak(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+  if (!fd) return ErrnoError("open " + path + " for writing");
+  static constexpr std::string_view kReset = "reset\n";
+  if (::write(fd.get(), kReset.data(), kReset.size()) != static_cast<ssize_t>(kReset.size())) {
+    return ErrnoError("write reset to " + path);
+  }
+  return fd;
+}
+
+Result<std::string> CgroupFs::ReadAt(int fd) {
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::pread(fd, buf, sizeof(buf), static_cast<off_t>(out.size()));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("pread a cgroup file");
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+    if (out.size() > kMaxReadBytes) return Internal("a cgroup file is larger than expected");
   }
   return out;
 }

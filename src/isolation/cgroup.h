@@ -48,6 +48,13 @@ class CgroupFs {
   virtual bool Exists(const std::string& path);
   // O_PATH|O_DIRECTORY fd of a cgroup directory, for CLONE_INTO_CGROUP.
   virtual Result<UniqueFd> OpenDir(const std::string& path);
+  // v2 memory.peak (6.12+): opens it read-write and writes "reset"; reads
+  // through the returned fd then see the high-water mark since the reset
+  // (the kernel keeps one per open file). Before 6.12 the file is read-only:
+  // an error.
+  virtual Result<UniqueFd> OpenAndResetPeak(const std::string& path);
+  // The whole content of an open control file, read from offset 0.
+  virtual Result<std::string> ReadAt(int fd);
 };
 
 struct CgroupLimits {
@@ -86,6 +93,12 @@ class Cgroup {
   // Reads the accounting; valid until Remove(). Missing optional files
   // (memory.peak before 5.19, v1 without cpuacct) leave has_* false.
   virtual Result<CgroupUsage> Usage() = 0;
+  // Sessions: the memory high-water mark of Usage() starts again from the
+  // usage now, so that it is one cell's. v1: memory.max_usage_in_bytes written
+  // 0; v2: memory.peak reset through a descriptor kept open (6.12+). false when
+  // the host cannot (v2 before 6.12, no memory controller): the peak then stays
+  // the cgroup's lifetime's.
+  virtual bool ResetMemoryPeak() { return false; }
   // Kills every process in it: v2 cgroup.kill (5.14+), else freeze (v2
   // cgroup.freeze, v1 freezer.state when freezer is used), SIGKILL each pid in
   // cgroup.procs, thaw. Does not wait for them to exit. Idempotent, fine on an

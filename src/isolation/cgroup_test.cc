@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -135,6 +136,10 @@ class FakeCgroupFs : public CgroupFs {
         enabled.insert(c);
       }
       value = Sorted(enabled);
+    } else if (h != nullptr && !h->second.v2 && name == "memory.max_usage_in_bytes") {
+      // v1: writing 0 resets the high-water mark to the usage now.
+      if (value != "0") return ErrnoError("write to " + path, EINVAL);
+      value = ReadText(dir + "/memory.usage_in_bytes");
     } else if (h != nullptr && h->second.v2 && name == "cgroup.kill" && value == "1") {
       for (const std::string& pid : Tokens(ReadText(dir + "/cgroup.procs"))) {
         ::kill(std::stoi(pid), SIGKILL);
@@ -144,6 +149,25 @@ class FakeCgroupFs : public CgroupFs {
     writes.emplace_back(path, std::string(content));
     return OkStatus();
   }
+
+  // v2 memory.peak (6.12+): a reset is per open file; reads through that fd
+  // start from memory.current. Emulated with a memfd holding that value
+  // (tests write to it through ReadAt's fd to play the cell's allocations).
+  // `peak_read_only`: a kernel before 6.12 (the file is 0444).
+  Result<UniqueFd> OpenAndResetPeak(const std::string& path) override {
+    if (peak_read_only) return ErrnoError("open " + path + " for writing", EACCES);
+    if (!fs::is_regular_file(path)) return ErrnoError("open " + path, ENOENT);
+    UniqueFd fd(::memfd_create("memory.peak", MFD_CLOEXEC));
+    if (!fd) return ErrnoError("memfd_create");
+    const std::string now = ReadText(fs::path(path).parent_path().string() + "/memory.current");
+    if (::pwrite(fd.get(), now.data(), now.size(), 0) != static_cast<ssize_t>(now.size())) {
+      return ErrnoError("pwrite");
+    }
+    last_peak_fd = fd.get();
+    return fd;
+  }
+  bool peak_read_only = false;
+  int last_peak_fd = -1;
 
   bool Wrote(const std::string& path) const {
     for (const auto& [p, v] : writes) {
@@ -391,6 +415,40 @@ TEST_F(CgroupV2, UsageParsesStatFiles) {
   EXPECT_EQ(usage->oom_kills, 1u);
 }
 
+// Sessions report each cell's peak: reset through a descriptor kept open,
+// read through it after (the kernel keeps a peak per open file).
+TEST_F(CgroupV2, ResetMemoryPeakReadsThroughTheResettingDescriptor) {
+  auto manager = V2Manager();
+  auto cg = manager->Create("sbx", TypicalLimits());
+  ASSERT_TRUE(cg.ok()) << cg.error().ToString();
+  const std::string dir = P("unified/kiln/sbx");
+  WriteText(dir + "/memory.peak", "900000000\n");  // the session's first cell
+  WriteText(dir + "/memory.current", "50000000\n");
+  ASSERT_TRUE((*cg)->ResetMemoryPeak());
+  auto usage = (*cg)->Usage();
+  ASSERT_TRUE(usage.ok()) << usage.error().ToString();
+  EXPECT_EQ(usage->memory_peak, 50000000u);  // not the file's lifetime value
+  // The cell allocates: the kernel raises the fd's peak.
+  const std::string grown = "70000000\n";
+  ASSERT_EQ(::pwrite(fs_->last_peak_fd, grown.data(), grown.size(), 0), static_cast<ssize_t>(grown.size()));
+  usage = (*cg)->Usage();
+  ASSERT_TRUE(usage.ok());
+  EXPECT_EQ(usage->memory_peak, 70000000u);
+  EXPECT_TRUE((*cg)->Remove().ok());
+}
+
+TEST_F(CgroupV2, ResetMemoryPeakBefore612KeepsTheLifetimePeak) {
+  fs_->peak_read_only = true;
+  auto manager = V2Manager();
+  auto cg = manager->Create("sbx", TypicalLimits());
+  ASSERT_TRUE(cg.ok()) << cg.error().ToString();
+  WriteText(P("unified/kiln/sbx/memory.peak"), "900000000\n");
+  EXPECT_FALSE((*cg)->ResetMemoryPeak());
+  auto usage = (*cg)->Usage();
+  ASSERT_TRUE(usage.ok());
+  EXPECT_EQ(usage->memory_peak, 900000000u);
+}
+
 TEST_F(CgroupV2, UsageWithoutMemoryPeak) {
   fs_->omit.insert("memory.peak");  // before 5.19
   auto manager = V2Manager();
@@ -585,6 +643,19 @@ TEST_F(CgroupV1, UsageParsesCpuacctAndOomControl) {
   EXPECT_TRUE(usage->has_memory_current);
   EXPECT_EQ(usage->memory_current, 2097152u);
   EXPECT_EQ(usage->oom_kills, 3u);
+}
+
+TEST_F(CgroupV1, ResetMemoryPeakWritesZeroToMaxUsage) {
+  auto manager = V1Manager();
+  auto cg = manager->Create("sbx", TypicalLimits());
+  ASSERT_TRUE(cg.ok()) << cg.error().ToString();
+  WriteText(P("memory/kiln/sbx/memory.max_usage_in_bytes"), "900000000\n");
+  WriteText(P("memory/kiln/sbx/memory.usage_in_bytes"), "50000000\n");
+  ASSERT_TRUE((*cg)->ResetMemoryPeak());
+  EXPECT_TRUE(fs_->Wrote(P("memory/kiln/sbx/memory.max_usage_in_bytes")));
+  auto usage = (*cg)->Usage();
+  ASSERT_TRUE(usage.ok()) << usage.error().ToString();
+  EXPECT_EQ(usage->memory_peak, 50000000u);
 }
 
 TEST_F(CgroupV1, UsageWithoutCpuacctHasNoCpu) {

@@ -279,6 +279,10 @@ struct Sandbox::State {
 
   void SendCell() {
     Cell& c = *cell;
+    // A session's cell reports its own memory high-water mark (not the
+    // session's so far) where the host can reset it; the runtime has not
+    // seen the cell yet (it is only queued here).
+    if (cgroup && !c.spec.last) (void)cgroup->ResetMemoryPeak();
     nlohmann::json modules = pol->import_policy().modules;
     to_runtime += ipc::EncodeMessage(
         {{"type", "execute"},
@@ -1004,7 +1008,8 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
 
 Result<std::unique_ptr<Sandbox>> Sandbox::Adopt(const HostContext& host,
                                                 const policy::SandboxPolicy& policy,
-                                                AdoptedSandbox adopted) {
+                                                AdoptedSandbox adopted,
+                                                std::optional<double> rlimit_cpu_s) {
   AdoptedSandbox& a = adopted;
   if (!a.cgroup || !a.sync || !a.runtime || !a.out || !a.err || !a.workspace || !a.init_pidfd ||
       a.init_pid <= 0 || host.cgroups == nullptr) {
@@ -1023,6 +1028,30 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Adopt(const HostContext& host,
   s.pid = a.init_pid;
   s.pidfd = std::move(a.init_pidfd);
   if (a.worker_pid > 0) s.worker_pidfd.Reset(sys::PidfdOpen(a.worker_pid, 0));
+  {
+    // The worker has run nothing of the caller's yet and forks only when a
+    // cell makes it: whatever it forks later inherits this. Only lowered:
+    // raising a hard limit takes CAP_SYS_RESOURCE in the host's namespace,
+    // which a host's root may lack; lowering takes it in the sandbox's, which
+    // our euid owns. The pidfd, open before and still naming a live process
+    // after, proves the pid was not reused in between.
+    if (!s.worker_pidfd) return InvalidArgument("an adopted sandbox without its worker");
+    const double want = rlimit_cpu_s.value_or(
+        policy::CpuBackstopSeconds(s.limits, s.limits.wall_timeout_s, true));
+    rlimit now{};
+    if (::prlimit(a.worker_pid, RLIMIT_CPU, nullptr, &now) != 0) {
+      return ErrnoError("prlimit(RLIMIT_CPU) of the pooled worker");
+    }
+    auto cpu = static_cast<rlim_t>(std::ceil(want));
+    if (now.rlim_max != RLIM_INFINITY && now.rlim_max > 0) cpu = std::min(cpu, now.rlim_max - 1);
+    const rlimit rl{cpu, cpu + 1};
+    if (::prlimit(a.worker_pid, RLIMIT_CPU, &rl, nullptr) != 0) {
+      return ErrnoError("prlimit(RLIMIT_CPU) of the pooled worker");
+    }
+    if (sys::PidfdSendSignal(s.worker_pidfd.get(), 0) != 0) {
+      return MakeError(Code::kUnavailable, "the pooled worker exited before it was adopted");
+    }
+  }
   s.sync_parent = std::move(a.sync);
   s.rt_parent = std::move(a.runtime);
   s.out_r = std::move(a.out);

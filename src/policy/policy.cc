@@ -289,4 +289,8 @@ double CpuBackstopSeconds(const Limits& limits, double wall_s, bool cpu_quota) {
   return wall_s * cpus + 1;
 }
 
+double SessionCpuBudgetSeconds(double max_lifetime_s, const Limits& limits) {
+  return max_lifetime_s * std::max(1.0, limits.cpus) + 1;
+}
+
 }  // namespace kiln::policy

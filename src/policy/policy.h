@@ -72,6 +72,10 @@ struct Limits {
 // is no cgroup quota, plus one second).
 double CpuBackstopSeconds(const Limits& limits, double wall_s, bool cpu_quota);
 
+// A session's per-process RLIMIT_CPU: all the cpu it could use in a lifetime
+// of `max_lifetime_s` (cells are limited by the cgroup's accounting).
+double SessionCpuBudgetSeconds(double max_lifetime_s, const Limits& limits);
+
 class SandboxPolicy final {
  public:
   const Limits& limits() const { return limits_; }

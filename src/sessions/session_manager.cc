@@ -79,6 +79,7 @@ struct SessionManager::Session {
   double max_lifetime_s = 3600;
   int64_t created_ms = 0;
   nlohmann::json limits;
+  bool pooled = false;  // its sandbox came from the warm pool (preloads imported)
   std::unique_ptr<spawner::SessionChannel> channel;
   spawner::CancelToken cancel;  // kills the running cell (delete, shutdown, lifetime)
 
@@ -172,6 +173,7 @@ Result<nlohmann::json> SessionManager::Create(const Caller& caller, const Sessio
   if (!channel.ok()) return std::move(channel).error();
   s->channel = std::move(*channel);
   s->limits = s->channel->ready().value("limits", nlohmann::json::object());
+  s->pooled = s->channel->ready().value("pooled", false);
   s->created_ms = NowMs();
   s->last_used_ms = s->created_ms;
   {
@@ -179,7 +181,8 @@ Result<nlohmann::json> SessionManager::Create(const Caller& caller, const Sessio
     if (stopping_) return MakeError(Code::kUnavailable, "the server is shutting down");
     sessions_[s->id] = s;
   }
-  KILN_LOG_INFO("session id={} tenant={} profile={} started", s->id, s->tenant, s->profile);
+  KILN_LOG_INFO("session id={} tenant={} profile={} started ({})", s->id, s->tenant, s->profile,
+                s->pooled ? "pooled" : "cold");
   return Get(caller, s->id);
 }
 
@@ -215,7 +218,8 @@ Result<nlohmann::json> SessionManager::Get(const Caller& caller, const std::stri
          {"idle_ttl", s->idle_ttl_s},
          {"max_lifetime", s->max_lifetime_s},
          {"timeout", s->default_timeout_s},
-         {"limits", s->limits}};
+         {"limits", s->limits},
+         {"pooled", s->pooled}};
   }
   // Memory in use: asked of the supervisor, unless a cell holds the channel.
   j["memory_bytes"] = nullptr;

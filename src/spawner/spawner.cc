@@ -259,9 +259,12 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
   ::_exit(0);
 }
 
-// A session: one sandbox kept between requests (docs/protocol.md section 5).
+// A session: one sandbox kept between requests (docs/protocol.md section 5),
+// a pooled one when the server found the session eligible (checked again
+// here) and the pool had one ready, else a cold one.
 [[noreturn]] void RunSession(FramedChannel& ch, const nlohmann::json& frame, const config::Config& config,
-                             const supervisor::HostContext& host) {
+                             const supervisor::HostContext& host,
+                             std::optional<zygote::Handoff> pooled) {
   auto reply_error = [&ch](const Error& e) {
     (void)ch.Write(ErrorFrame(e));
     ::_exit(0);
@@ -270,13 +273,35 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
   if (!start.ok()) reply_error(start.error());
   auto policy = BuildPolicy(config, start->profile, start->limits, nullptr);
   if (!policy.ok()) reply_error(policy.error());
-  supervisor::LaunchOptions launch;
-  launch.env = start->env;
-  // RLIMIT_CPU backstop: all the cpu the session could use in its lifetime.
-  launch.rlimit_cpu_s = start->max_lifetime_s * std::max(1.0, policy->limits().cpus) + 1;
-  auto sandbox = supervisor::Sandbox::Launch(host, *policy, launch);
-  if (!sandbox.ok()) reply_error(sandbox.error());
-  supervisor::Sandbox& sbx = **sandbox;
+  // RLIMIT_CPU backstop: all the cpu the session could use in its lifetime
+  // (cells are limited by the cgroup's accounting).
+  const double rlimit_cpu_s = policy::SessionCpuBudgetSeconds(start->max_lifetime_s, policy->limits());
+  std::unique_ptr<supervisor::Sandbox> sandbox;
+  if (pooled) {
+    auto profile = config.Find(start->profile);
+    if (profile.ok() && zygote::PoolEligible(config, **profile, start->limits, start->env)) {
+      auto a = zygote::Adopt(host, std::move(*pooled));
+      auto adopted = a.ok() ? supervisor::Sandbox::Adopt(host, *policy, std::move(*a), rlimit_cpu_s)
+                            : Result<std::unique_ptr<supervisor::Sandbox>>(std::move(a).error());
+      if (adopted.ok()) {
+        sandbox = std::move(*adopted);
+      } else {
+        KILN_LOG_WARN("pooled sandbox not adopted for a session ({}): cold start",
+                      adopted.error().ToString());
+      }
+    }
+    pooled.reset();
+  }
+  const bool from_pool = sandbox != nullptr;
+  if (!sandbox) {
+    supervisor::LaunchOptions launch;
+    launch.env = start->env;
+    launch.rlimit_cpu_s = rlimit_cpu_s;
+    auto launched = supervisor::Sandbox::Launch(host, *policy, launch);
+    if (!launched.ok()) reply_error(launched.error());
+    sandbox = std::move(*launched);
+  }
+  supervisor::Sandbox& sbx = *sandbox;
   bool server_gone = false;
   supervisor::Waiters setup_waiters;
   setup_waiters.cancel_fd = ch.fd();  // anything from the server before ready: it gave up
@@ -286,6 +311,7 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
   }
   const policy::Limits& limits = policy->limits();
   (void)ch.Write({{"type", "ready"},
+                  {"pooled", from_pool},
                   {"limits",
                    {{"memory_bytes", limits.memory_bytes},
                     {"cpus", limits.cpus},
@@ -424,7 +450,7 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
   FramedChannel ch{UniqueFd(fd), kMaxRequestBytes};
   auto frame = ch.Read();
   if (!frame.ok()) ::_exit(1);
-  if (frame->value("type", "") == "session_start") RunSession(ch, *frame, config, host);
+  if (frame->value("type", "") == "session_start") RunSession(ch, *frame, config, host, std::move(pooled));
   RunOneShot(ch, *frame, config, host, std::move(pooled));
 }
 
@@ -842,17 +868,19 @@ Result<ExecResponse> ReadResult(FramedChannel& ch, const EventFn& on_event,
 
 }  // namespace
 
+std::string Spawner::PoolProfileFor(const std::string& profile_name, const config::LimitSpec& limits,
+                                    const std::vector<std::pair<std::string, std::string>>& env) const {
+  if (!pool_) return "";
+  auto profile = config_.Find(profile_name);
+  if (!profile.ok() || !zygote::PoolEligible(config_, **profile, limits, env)) return "";
+  return profile_name;
+}
+
 Result<ExecResponse> Spawner::Run(const ExecRequest& request, const CancelToken* cancel,
                                   int hangup_fd, const EventFn& on_event) {
-  std::string pool_profile;
-  if (pool_) {
-    auto profile = config_.Find(request.profile);
-    if (profile.ok() && zygote::PoolEligible(config_, **profile, request.limits, request.env)) {
-      pool_profile = request.profile;
-    }
-  }
   uint64_t generation = 0;
-  KILN_ASSIGN_OR_RETURN(UniqueFd job, NewJob(pool_profile, &generation));
+  KILN_ASSIGN_OR_RETURN(UniqueFd job,
+                        NewJob(PoolProfileFor(request.profile, request.limits, request.env), &generation));
   FramedChannel ch(std::move(job), kMaxResponseBytes);
   ExecRequest req = request;
   req.stream = static_cast<bool>(on_event);
@@ -880,7 +908,8 @@ SessionChannel::~SessionChannel() = default;  // closing the socket ends the ses
 Result<std::unique_ptr<SessionChannel>> Spawner::StartSession(const SessionRequest& request,
                                                               const CancelToken* cancel) {
   uint64_t generation = 0;
-  KILN_ASSIGN_OR_RETURN(UniqueFd job, NewJob("", &generation));
+  KILN_ASSIGN_OR_RETURN(UniqueFd job,
+                        NewJob(PoolProfileFor(request.profile, request.limits, request.env), &generation));
   auto session = std::unique_ptr<SessionChannel>(new SessionChannel());
   session->channel_ = std::make_unique<FramedChannel>(std::move(job), kMaxResponseBytes);
   FramedChannel& ch = *session->channel_;

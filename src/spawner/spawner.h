@@ -142,8 +142,11 @@ class Spawner final {
                            int hangup_fd = -1, const EventFn& on_event = {});
 
   // Starts a session's supervisor and sandbox; returns when the sandbox is
-  // ready (its interpreter and preloads started). Errors as Run's; a sandbox
-  // that failed to start is kFailedPrecondition/kInternal with the reason.
+  // ready (its interpreter and preloads started). A session whose limits and
+  // environment match its profile's pool takes a pooled sandbox (preloads
+  // imported) and keeps it; ready()["pooled"] says which. Errors as Run's; a
+  // sandbox that failed to start is kFailedPrecondition/kInternal with the
+  // reason.
   Result<std::unique_ptr<SessionChannel>> StartSession(const SessionRequest& request,
                                                        const CancelToken* cancel);
 
@@ -160,6 +163,10 @@ class Spawner final {
   // execution may take a pooled sandbox of that profile (zygote::PoolEligible).
   // `generation`: which spawner took it.
   Result<UniqueFd> NewJob(const std::string& pool_profile, uint64_t* generation);
+  // The profile whose pooled sandbox may run a job of these limits and
+  // environment; empty when no pool's sandbox fits (zygote::PoolEligible).
+  std::string PoolProfileFor(const std::string& profile, const config::LimitSpec& limits,
+                             const std::vector<std::pair<std::string, std::string>>& env) const;
   // An execution's channel ended without an answer: kUnavailable (retry)
   // whatever died, the spawner or the execution's supervisor.
   Error Died(uint64_t generation, const std::string& what, const Error& e);

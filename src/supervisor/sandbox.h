@@ -128,9 +128,14 @@ class Sandbox final {
   // Takes over a pooled sandbox (src/zygote), ready at once (WaitReady
   // returns when its hello is read). The policy's input files are written
   // into its workspace, owned by its uid. kInvalidArgument without every fd.
+  // The worker's RLIMIT_CPU is lowered from its zygote's (the most any
+  // adopter may keep: zygote::ZygoteOptions::rlimit_cpu_s) to `rlimit_cpu_s`
+  // (sessions: the whole session's budget), by default the policy's one-run
+  // backstop; from outside (prlimit), before any code of the caller's runs.
   static Result<std::unique_ptr<Sandbox>> Adopt(const HostContext& host,
                                                 const policy::SandboxPolicy& policy,
-                                                AdoptedSandbox adopted);
+                                                AdoptedSandbox adopted,
+                                                std::optional<double> rlimit_cpu_s = std::nullopt);
   ~Sandbox();  // kills and reaps what is left, removes the cgroup
   Sandbox(const Sandbox&) = delete;
   Sandbox& operator=(const Sandbox&) = delete;

@@ -177,6 +177,9 @@ namespace {
     po.zygote.profile = name;
     po.zygote.preload = config.pool.preload;
     for (const auto& m : (*profile)->preload) po.zygote.preload.push_back(m);
+    // Sessions take pooled sandboxes too: the longest one's cpu budget
+    // (spawner.cc RunSession), lowered by each adopter to its own.
+    po.zygote.rlimit_cpu_s = policy::SessionCpuBudgetSeconds(config.server.session_max_lifetime_s, pol->limits());
     po.min = static_cast<size_t>(config.pool.min);
     po.max = static_cast<size_t>(config.pool.max);
     po.target_wait = config.pool.target_wait;

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -227,10 +228,11 @@ Result<std::unique_ptr<Zygote>> Zygote::Start(const supervisor::HostContext& hos
   config.last_cap = host.last_cap;
   // Pooled sandboxes always have a cgroup (and so a cpu quota); the
   // supervisor polls an explicit cpu-time limit, RLIMIT_CPU is the backstop.
+  // The adopter lowers RLIMIT_CPU to its own (ZygoteOptions::rlimit_cpu_s).
+  const double backstop = policy::CpuBackstopSeconds(limits, limits.wall_timeout_s, true);
   config.rlimits = isolation::BuildRlimitPlan(
-      {limits.open_files, limits.workspace_bytes,
-       policy::CpuBackstopSeconds(limits, limits.wall_timeout_s, true), false, limits.memory_bytes,
-       limits.pids});
+      {limits.open_files, limits.workspace_bytes, std::max(backstop, options.rlimit_cpu_s.value_or(0)),
+       false, limits.memory_bytes, limits.pids});
   if (host.landlock) config.landlock = *host.landlock;
   std::snprintf(config.hostname, sizeof config.hostname, "%s", pol.hostname().c_str());
   KILN_TRY(SendRecord(z->control_.get(), &config, sizeof config));

@@ -21,6 +21,7 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,12 @@ struct ZygoteOptions {
   policy::SandboxPolicy policy;    // the children's: limits, interpreter, mounts, layers
   std::vector<std::string> preload;  // what the zygote imports
   std::string library;             // libkiln_zygote.so (FindZygoteLibrary)
+  // The children's RLIMIT_CPU (seconds) when above the policy's one-run
+  // backstop: the most any adopter may keep. Each adopter lowers it to what
+  // it runs (Sandbox::Adopt: a one-shot's backstop, a session's budget):
+  // lowering needs no CAP_SYS_RESOURCE in the host's namespace, raising does,
+  // and hosts' root may lack it (containers).
+  std::optional<double> rlimit_cpu_s;
 };
 
 // $KILN_ZYGOTE_LIB, else libexec/kiln/libkiln_zygote.so beside the running

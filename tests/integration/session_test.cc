@@ -4,9 +4,11 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <future>
 #include <random>
@@ -226,6 +228,24 @@ class Sessions : public ::testing::Test {
     return events;
   }
 
+  // POST /v1/sessions until the session is pooled (deleting the cold ones).
+  static std::string NewPooledSession(const std::string& key = "") {
+    const auto deadline = Clock::now() + 90s;
+    while (Clock::now() < deadline) {
+      const HttpResponse r = srv().Call("POST", "/v1/sessions",
+                                        {{"Authorization", "Bearer " + (key.empty() ? shared_->key : key)}},
+                                        "{}", 60s);
+      EXPECT_EQ(r.status, 201) << r.Describe();
+      if (r.status != 201) return "";
+      const json j = Parse(r);
+      if (j.value("pooled", false)) return j.value("id", "");
+      EXPECT_EQ(Call("DELETE", "/v1/sessions/" + j.value("id", ""), "", key).status, 204);
+      std::this_thread::sleep_for(500ms);
+    }
+    ADD_FAILURE() << "no session took a pooled sandbox within 90 s";
+    return "";
+  }
+
   static Shared* shared_;
   static std::string setup_error_;
 };
@@ -252,6 +272,125 @@ TEST_F(Sessions, StatePersistsAcrossCells) {
   EXPECT_EQ(j.value("state", ""), "idle");
   // The sandbox's memory in use comes from its cgroup; without one it is null.
   EXPECT_EQ(j["memory_bytes"].is_number(), !CgroupLimitsMissingReason()) << j.dump();
+  EXPECT_EQ(Call("DELETE", "/v1/sessions/" + id).status, 204);
+}
+
+// --- Sessions from the warm pool -------------------------------------------
+// A session whose limits are its profile's defaults takes a pre-forked sandbox
+// of the pool (numpy, pandas and matplotlib imported) and keeps it. The pool
+// needs root and cgroups; it may be refilling when a session starts (the
+// session then starts cold), so these tests create sessions until one is
+// pooled, within a deadline a broken pool cannot meet.
+#define KILN_REQUIRE_POOL()                                                 \
+  do {                                                                      \
+    KILN_REQUIRE_CGROUP_LIMITS();                                           \
+    if (!HostIsRoot()) GTEST_SKIP() << "the warm pool needs root";          \
+  } while (0)
+
+TEST_F(Sessions, ASessionTakesAPooledSandboxAndKeepsIt) {
+  KILN_REQUIRE_POOL();
+  const std::string id = NewPooledSession();
+  ASSERT_FALSE(id.empty());
+  // The pool's preloads are imported before the first cell (those the host has).
+  std::vector<std::string> preloaded;
+  for (const std::string m : {"matplotlib", "numpy", "pandas"}) {
+    if (MissingPythonModules({m}).empty()) preloaded.push_back(m);
+  }
+  json r = Exec(id, "import sys\nx = 41\nsorted(m for m in ('numpy', 'pandas', 'matplotlib') if m in sys.modules)");
+  EXPECT_EQ(r.value("status", ""), "ok") << r.dump();
+  std::string want = "[";
+  for (size_t i = 0; i < preloaded.size(); ++i) want += (i ? ", '" : "'") + preloaded[i] + "'";
+  EXPECT_EQ(TextOf(r), want + "]");
+  // State, files and the files API stay with the session, cell after cell.
+  const HttpResponse put = srv().Call("PUT", "/v1/sessions/" + id + "/files/in.txt",
+                                      {{"Authorization", "Bearer " + shared_->key}}, "from the API", 30s);
+  EXPECT_EQ(put.status, 201) << put.Describe();
+  r = Exec(id, "open('out.txt', 'w').write('made'); x + 1, open('in.txt').read()");
+  EXPECT_EQ(r.value("status", ""), "ok") << r.dump();
+  EXPECT_EQ(TextOf(r), "(42, 'from the API')");
+  EXPECT_EQ(r.value("execution_count", 0), 2);
+  const HttpResponse got = Call("GET", "/v1/sessions/" + id + "/files/out.txt");
+  EXPECT_EQ(got.status, 200);
+  EXPECT_EQ(got.body, "made");
+  // The worker's RLIMIT_CPU is the session's whole budget (max_lifetime x cpus),
+  // not the pool's one-run backstop, which would kill a long session's worker.
+  r = Exec(id, "import resource\nresource.getrlimit(resource.RLIMIT_CPU)[0]");
+  EXPECT_GE(std::atoll(TextOf(r).c_str()), 3600) << r.dump();
+  // Each cell's cpu time is its own.
+  r = Exec(id, "1");
+  EXPECT_LT(r.value("cpu_ms", 1e9), 1000.0) << r.dump();
+  const json info = Parse(Call("GET", "/v1/sessions/" + id));
+  EXPECT_TRUE(info.value("pooled", false)) << info.dump();
+  EXPECT_EQ(info.value("executions", 0), 4);
+  EXPECT_TRUE(info["memory_bytes"].is_number()) << info.dump();
+  EXPECT_EQ(Call("DELETE", "/v1/sessions/" + id).status, 204);
+  EXPECT_EQ(Call("GET", "/v1/sessions/" + id).status, 410);
+}
+
+TEST_F(Sessions, PooledSessionsAreApartFromEachOther) {
+  KILN_REQUIRE_POOL();
+  const std::string a = NewPooledSession();
+  const std::string b = NewPooledSession(shared_->other);
+  ASSERT_FALSE(a.empty());
+  ASSERT_FALSE(b.empty());
+  json r = Exec(a, "secret = 'a'\nopen('a.txt', 'w').write('a')\nimport os\nos.getpid()");
+  EXPECT_EQ(r.value("status", ""), "ok") << r.dump();
+  r = Exec(b, "import os\n'secret' in globals(), os.path.exists('a.txt'), sorted(os.listdir('/workspace'))",
+           std::nullopt, nullptr, shared_->other);
+  EXPECT_EQ(r.value("status", ""), "ok") << r.dump();
+  EXPECT_EQ(TextOf(r), "(False, False, [])");
+  // Neither sees the other's processes: each is the only worker in its own
+  // pid namespace (its pid 1 is hidden from it).
+  for (const auto& [id, key] : {std::pair{a, std::string()}, std::pair{b, shared_->other}}) {
+    r = Exec(id, "import os\nset(int(p) for p in os.listdir('/proc') if p.isdigit()) <= {1, os.getpid()}",
+             std::nullopt, nullptr, key);
+    EXPECT_EQ(TextOf(r), "True") << r.dump();
+  }
+  EXPECT_EQ(Call("DELETE", "/v1/sessions/" + a).status, 204);
+  EXPECT_EQ(Call("DELETE", "/v1/sessions/" + b, "", shared_->other).status, 204);
+}
+
+TEST_F(Sessions, ASessionWithItsOwnLimitsStartsColdWithThem) {
+  KILN_REQUIRE_POOL();
+  const std::string id = NewSession({{"memory", "512m"}});
+  ASSERT_FALSE(id.empty());
+  const json info = Parse(Call("GET", "/v1/sessions/" + id));
+  EXPECT_FALSE(info.value("pooled", true)) << info.dump();
+  EXPECT_EQ(info["limits"].value("memory_bytes", 0ULL), 512ULL << 20) << info.dump();
+  const json r = Exec(id, "import sys\n'pandas' in sys.modules");
+  EXPECT_EQ(r.value("status", ""), "ok") << r.dump();
+  EXPECT_EQ(TextOf(r), "False");  // a cold interpreter imported nothing of the pool's
+  EXPECT_EQ(Call("DELETE", "/v1/sessions/" + id).status, 204);
+}
+
+// A session's cell reports its own peak memory, not the session's so far:
+// the cgroup's high-water mark is reset at each cell's start (v1, and v2 on
+// 6.12+, where memory.peak takes a per-descriptor reset).
+TEST_F(Sessions, EachCellReportsItsOwnPeakMemory) {
+  KILN_REQUIRE_CGROUP_LIMITS();
+  const std::string id = NewSession();
+  ASSERT_FALSE(id.empty());
+  const json big = Exec(id, "x = bytearray(150 * 1024 * 1024)\ndel x");
+  ASSERT_EQ(big.value("status", ""), "ok") << big.dump();
+  const std::string backend = big.value("limits_backend", "");
+  if (backend == "cgroup v2") {
+    utsname u{};
+    ::uname(&u);
+    int major = 0, minor = 0;
+    std::sscanf(u.release, "%d.%d", &major, &minor);
+    if (major < 6 || (major == 6 && minor < 12)) {
+      Call("DELETE", "/v1/sessions/" + id);
+      GTEST_SKIP() << "cgroup v2 on kernel " << u.release
+                   << ": memory.peak cannot be reset before 6.12; a cell's peak is the session's so far";
+    }
+  }
+  const uint64_t first = big.value("peak_memory_bytes", 0ULL);
+  EXPECT_GE(first, 150ULL << 20) << big.dump();
+  const json small = Exec(id, "1");
+  ASSERT_EQ(small.value("status", ""), "ok") << small.dump();
+  const uint64_t second = small.value("peak_memory_bytes", 0ULL);
+  EXPECT_GT(second, 0u) << small.dump();
+  EXPECT_LT(second + (100ULL << 20), first) << "the second cell's peak includes the first's: " << small.dump();
   EXPECT_EQ(Call("DELETE", "/v1/sessions/" + id).status, 204);
 }
 

@@ -55,7 +55,7 @@ bench: build
 	$(PYTHON) bench/http_bench.py --kiln ./$(BUILD_DIR)/kiln
 	$(PYTHON) bench/pool_bench.py --kiln ./$(BUILD_DIR)/kiln
 
-# The warm pool alone: (a)-(e) of docs/adr/0011-zygote.md, as root.
+# The warm pool alone: (a)-(e) of bench/pool_bench.py (bench/README.md), as root.
 bench-pool: build
 	$(PYTHON) bench/pool_bench.py --kiln ./$(BUILD_DIR)/kiln
 

@@ -77,87 +77,87 @@ namespace {
 
 void RunChild(const ChildPlan& plan) {
   SetSyncFd(plan.sync_fd);
-  // 0. A clean signal state: the supervisor (or the server's spawner) may
-  //    ignore or block signals for its own reasons; ignored dispositions and
-  //    the mask survive execve, and the program must start with neither.
+  // C0. A clean signal state: the supervisor (or the server's spawner) may
+  //     ignore or block signals for its own reasons; ignored dispositions and
+  //     the mask survive execve, and the program must start with neither.
   ResetSignals();
-  // 1. Die with the supervisor: a sandbox must never outlive the process that
-  //    enforces its limits.
+  // C1. Die with the supervisor: a sandbox must never outlive the process that
+  //     enforces its limits.
   KILN_CHILD_STEP(SetupStep::kDeathSignal, ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0));
-  // 2. Until the supervisor has written our uid/gid maps we are "nobody" and
-  //    cannot create a file; EOF here means the supervisor died.
+  // C2. Until the supervisor has written our uid/gid maps we are "nobody" and
+  //     cannot create a file; EOF here means the supervisor died.
   KILN_CHILD_STEP(SetupStep::kWaitParent, WaitForRecord(SyncTag::kMapsWritten));
-  //    pid 1 never execs, so its memory is a copy of the supervisor's (its
-  //    environment included): nothing in the sandbox may read it through
-  //    /proc/1/{environ,mem}. Not before the maps exist: a non-dumpable
-  //    child's /proc files belong to root, and an unprivileged supervisor
-  //    could not write the maps. (The worker's execve makes it dumpable.)
+  //     pid 1 never execs, so its memory is a copy of the supervisor's (its
+  //     environment included): nothing in the sandbox may read it through
+  //     /proc/1/{environ,mem}. Not before the maps exist: a non-dumpable
+  //     child's /proc files belong to root, and an unprivileged supervisor
+  //     could not write the maps. (The worker's execve makes it dumpable.)
   KILN_CHILD_STEP(SetupStep::kWaitParent, ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0));
-  // 3. Detach copies of the bind sources that may sit anywhere on the host
-  //    (kiln's runtime directory), while we still have the supervisor's host
-  //    identity and can reach them.
+  // C3. Detach copies of the bind sources that may sit anywhere on the host
+  //     (kiln's runtime directory), while we still have the supervisor's host
+  //     identity and can reach them.
   size_t failed = 0;
   if (isolation::PrepareMountSourcesInChild(plan.mount_ops, plan.mount_count, &failed) != 0) {
     Fail(SetupStep::kMountBinds, errno, static_cast<int>(failed));
   }
-  // 4. Become the inside uid/gid now, so every file of the new tree is ours.
+  // C4. Become the inside uid/gid now, so every file of the new tree is ours.
   KILN_CHILD_STEP(SetupStep::kSetIds, isolation::SetInsideIdsInChild(plan.drop_groups));
-  //    Changing credentials clears the parent-death signal (prctl(2)): arm it
-  //    again, then make sure the supervisor did not die in between (its end of
-  //    the setup channel would have hung up).
+  //     Changing credentials clears the parent-death signal (prctl(2)): arm it
+  //     again, then make sure the supervisor did not die in between (its end of
+  //     the setup channel would have hung up).
   KILN_CHILD_STEP(SetupStep::kSetIds, ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0));
   {
     pollfd pfd{SyncFd(), POLLRDHUP, 0};
     if (::poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP)) != 0) ::_exit(127);
   }
-  // 5. The new root: private propagation, tmpfs root, ro binds, /proc, /dev,
-  //    size-capped tmpfs, staged files (each op carries its own SetupStep).
+  // C5-C10. The new root: private propagation, tmpfs root, ro binds, /proc, /dev,
+  //         size-capped tmpfs, staged files (each op carries its own SetupStep).
   ApplyMountOpsOrFail(plan.mount_ops, plan.mount_count);
-  // 6. Enter it and drop every path to the host's tree.
+  // C11. Enter it and drop every path to the host's tree.
   KILN_CHILD_STEP(SetupStep::kPivotRoot, isolation::PivotRootInChild(plan.new_root));
-  // 7. The root itself is read-only from here on (only the tmpfs mounts write).
+  // C12. The root itself is read-only from here on (only the tmpfs mounts write).
   KILN_CHILD_STEP(SetupStep::kRemountRootRo, isolation::RemountRootReadOnlyInChild());
-  // 8. Own hostname, and a loopback that leads nowhere.
+  // C13. Own hostname, and a loopback that leads nowhere.
   KILN_CHILD_STEP(SetupStep::kHostname, isolation::SetHostnameInChild(plan.hostname));
   KILN_CHILD_STEP(SetupStep::kLoopback, isolation::BringUpLoopbackInChild());
-  // 9. Give the supervisor a handle on the workspace: files in and out go
-  //    through it with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS), never
-  //    through a path the sandbox could redirect.
+  // C14. Give the supervisor a handle on the workspace: files in and out go
+  //      through it with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS), never
+  //      through a path the sandbox could redirect.
   KILN_CHILD_STEP(SetupStep::kWorkspaceFd, SendWorkspaceFd());
-  // 10. Keep only the fds the plan lists.
+  // C15. Keep only the fds the plan lists.
   KILN_CHILD_STEP(SetupStep::kCloseFds,
                   ArrangeFds(plan.code_fd, plan.sync_fd, plan.stdout_fd, plan.stderr_fd));
-  // 11. No capability survives, in any set, for us or anything we exec. A
-  //     zygote keeps CAP_SETUID and CAP_SETGID of its own user namespace,
-  //     ambient so that they survive the exec of its interpreter: it gives
-  //     each child its own uid; every other step happens in the child's own
-  //     user namespace (zygote_child.cc).
+  // C16. No capability survives, in any set, for us or anything we exec. A
+  //      zygote keeps CAP_SETUID and CAP_SETGID of its own user namespace,
+  //      ambient so that they survive the exec of its interpreter: it gives
+  //      each child its own uid; every other step happens in the child's own
+  //      user namespace (zygote_child.cc).
   if (plan.zygote) {
     KILN_CHILD_STEP(SetupStep::kDropCaps, isolation::KeepOnlySetIdCapsInChild(plan.last_cap));
   } else {
     KILN_CHILD_STEP(SetupStep::kDropCaps, isolation::DropAllCapabilitiesInChild(plan.last_cap));
   }
-  // 12. Per-process limits (and the rlimit fallback when there is no cgroup).
+  // C17. Per-process limits (and the rlimit fallback when there is no cgroup).
   int failed_rlimit = -1;
   if (isolation::ApplyRlimitsInChild(plan.rlimits, &failed_rlimit) != 0) {
     Fail(SetupStep::kRlimits, errno, failed_rlimit);
   }
-  // 13. No exec can grant privileges again (setuid bits, file caps); also what
-  //     lets an unprivileged process install Landlock and seccomp.
+  // C18. No exec can grant privileges again (setuid bits, file caps); also what
+  //      lets an unprivileged process install Landlock and seccomp.
   KILN_CHILD_STEP(SetupStep::kNoNewPrivs, ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0));
-  // 14. Landlock: writes only beneath the writable mounts; TCP and, on ABI >= 6,
-  //     signals and abstract sockets scoped to the sandbox.
+  // C19. Landlock: writes only beneath the writable mounts; TCP and, on ABI >= 6,
+  //      signals and abstract sockets scoped to the sandbox.
   if (plan.landlock.abi > 0) {
     KILN_CHILD_STEP(SetupStep::kLandlock, isolation::ApplyLandlockInChild(plan.landlock));
   }
-  // 15. seccomp last, so its filter need not allow any setup call. Not in a
-  //     zygote: its children unshare and mount, then install it themselves
-  //     (and Landlock, whose plan a zygote's ChildPlan leaves at ABI 0).
+  // C20. seccomp last, so its filter need not allow any setup call. Not in a
+  //      zygote: its children unshare and mount, then install it themselves
+  //      (and Landlock, whose plan a zygote's ChildPlan leaves at ABI 0).
   if (!plan.zygote) {
     KILN_CHILD_STEP(SetupStep::kSeccomp,
                     isolation::ApplySeccompInChild(plan.seccomp, plan.seccomp_length));
   }
-  // 16. The worker runs the program; we stay pid 1.
+  // C21. The worker runs the program; we stay pid 1.
   pid_t worker = ::fork();
   if (worker < 0) Fail(SetupStep::kForkWorker, errno);
   if (worker == 0) RunWorker(plan);

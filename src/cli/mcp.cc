@@ -1,7 +1,7 @@
 // kiln mcp: kiln as an MCP server on stdio (docs/mcp.md), for MCP clients that
 // start it as a subprocess. Without --url it runs sandboxes itself, as
-// `kiln serve` does: the spawner is forked first, while the process has one
-// thread (ADR 0008), then the session manager and the stdio loop. With --url
+// `kiln serve` does: the spawner is started first (posix_spawn, restarted if
+// it dies: ADR 0008), then the session manager and the stdio loop. With --url
 // it proxies to a running `kiln serve` (the key from --api-key, or from the
 // environment variable --api-key-env names, KILN_API_KEY by default).
 //

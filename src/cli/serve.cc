@@ -1,6 +1,7 @@
 // kiln serve: the HTTP API (docs/api.md). Everything that forks happens here,
-// before the first thread: probes, the readiness smoke test, the font cache,
-// and the spawner, which forks every sandbox after that.
+// before the first thread: probes, the readiness smoke test, the font cache;
+// then the spawner (posix_spawn, and again whenever it dies: ADR 0008), which
+// forks every sandbox after that.
 #include <signal.h>
 #include <unistd.h>
 

@@ -344,7 +344,8 @@ struct DeniedCall {
 #define KILN_DENIED(name) \
   DeniedCall { #name, SYS_##name }
 
-// Written from the brief, independently of the list in seccomp.cc.
+// Written independently of the list in seccomp.cc (what is denied, and why:
+// docs/threat-model.md, the seccomp layer).
 const DeniedCall kDeniedCalls[] = {
     KILN_DENIED(mount),
     KILN_DENIED(umount2),

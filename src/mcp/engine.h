@@ -16,7 +16,7 @@
 // calls of one session take turns on its kiln session: one at a time, in the
 // order they arrived, each cancellable while it waits.
 //
-// The MCP session owns one kiln session (docs/adr/0009): created by the first
+// The MCP session owns one kiln session (docs/adr/0010): created by the first
 // tool call that needs it, replaced when it is lost (the next run_python says
 // so in its text), deleted and created again by `reset`, and deleted by
 // Shutdown().

@@ -1073,7 +1073,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Bind(const std::string& listen, 
   auto impl = std::make_unique<Impl>();
   impl->deps = std::move(deps);
   if (impl->deps.sessions != nullptr) {
-    // MCP sessions own kiln sessions of the request's tenant (docs/adr/0009).
+    // MCP sessions own kiln sessions of the request's tenant (docs/adr/0010).
     const config::Config& cfg = *impl->deps.config;
     mcp::HttpServiceOptions options;
     options.allowed_origins = cfg.server.mcp_allowed_origins;

@@ -493,7 +493,7 @@ void LimitOwnMemory() {
   ::signal(SIGPIPE, SIG_IGN);
   // A service manager signals the whole process group or cgroup on stop; the
   // server orchestrates the drain, so the spawner and its supervisors ignore
-  // SIGTERM and ^C (the sandbox resets every disposition: RunChild step 0).
+  // SIGTERM and ^C (the sandbox resets every disposition: RunChild step C0).
   ::signal(SIGTERM, SIG_IGN);
   ::signal(SIGINT, SIG_IGN);
   // Nothing we fork may start with a blocked signal mask (the program's own

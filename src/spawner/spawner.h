@@ -1,14 +1,15 @@
-// The spawner: where every sandbox of the server is forked (design.md, section
-// 2). A multithreaded process must not fork-and-configure, so `kiln serve`
-// starts this single-threaded helper process before it starts any thread. For
-// each execution the spawner forks a supervisor process (single-threaded,
-// like `kiln run`), which builds the policy from the profile, runs the
-// sandbox with RunSandboxed and writes the result back.
+// The spawner: where every sandbox of the server is forked (docs/adr/0008,
+// docs/architecture.md). A multithreaded process must not fork-and-configure,
+// so `kiln serve` starts this single-threaded helper process (`kiln spawner`,
+// with posix_spawn) and restarts it whenever it dies. For each execution the
+// spawner forks a supervisor process (single-threaded, like `kiln run`),
+// which builds the policy from the profile, runs the sandbox with
+// RunSandboxed and writes the result back.
 //
-// Processes: kiln serve --fork--> spawner --fork--> supervisor --clone3--> sandbox
+// Processes: kiln serve --posix_spawn--> spawner --fork--> supervisor --clone3--> sandbox
 // Each one dies with its parent (PR_SET_PDEATHSIG), so a server killed with
 // SIGKILL leaves no sandbox running; its empty cgroups are removed at the next
-// start (supervisor::CleanupStaleCgroups).
+// start (CgroupManager::RemoveStale, from `kiln serve`).
 //
 // Channels: a SOCK_SEQPACKET control socket server->spawner carrying one job
 // socket per execution (SCM_RIGHTS); on the job socket, one request frame and

@@ -8,7 +8,7 @@
 // program's exit status. A session keeps the sandbox between cells.
 //
 // Runs in a supervisor process that may fork safely: the CLI (single-
-// threaded) or a kiln-supervise process of the spawner (design.md section 2).
+// threaded) or a kiln-supervise process of the spawner (docs/adr/0008).
 // Not thread-safe: one thread drives a sandbox. The sequence, and which side
 // runs each step, is docs/setup-sequence.md.
 #pragma once

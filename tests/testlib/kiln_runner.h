@@ -1,4 +1,4 @@
-// Test library for the escape and integration tiers (P17 c): runs the real
+// Test library for the escape and integration tiers (P17 b, c): runs the real
 // `kiln` binary ($KILN_BIN) as a subprocess, captures what it prints, and
 // parses its --json result. Nothing here links kiln's own libraries: these
 // tiers see kiln only from the outside, as a user would.

@@ -130,8 +130,10 @@ std::string Text(const json& response) {
 
 TEST(McpEngine, MalformedJsonIsAParseErrorWithNullId) {
   Client c;
-  for (const std::string text :
-       {"{", "not json", "", "{\"jsonrpc\": \"2.0\", \"id\": 1,", "\xff\xfe"}) {
+  for (const std::string& text : std::vector<std::string>{
+        "{", "not json", "", "{\"jsonrpc\": \"2.0\", \"id\": 1,", "\xff\xfe",
+        // nlohmann would stop reading at the NUL and answer the ping
+        std::string("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}") + '\0' + "x"}) {
     EXPECT_EQ(c.SendText(text), Engine::Disposition::kReplied) << text;
     const json r = c.ResponseTo(nullptr, 1s);
     EXPECT_EQ(ErrorCode(r), jsonrpc::kParseError) << text << " -> " << r.dump();

@@ -19,6 +19,19 @@ if(KILN_SANITIZE)
   target_link_options(kiln_flags INTERFACE -fsanitize=address,undefined)
 endif()
 
+# libFuzzer targets (fuzz/README.md, `make fuzz`): clang only. Every kiln
+# library gets the fuzzer's coverage instrumentation and ASan + UBSan; the
+# fuzz/ executables then link libFuzzer itself (-fsanitize=fuzzer).
+option(KILN_FUZZ "Build the libFuzzer targets of fuzz/ (clang), with ASan and UBSan" OFF)
+if(KILN_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "KILN_FUZZ needs clang (libFuzzer): -DCMAKE_CXX_COMPILER=clang++-16, or `make fuzz`")
+  endif()
+  target_compile_options(kiln_flags INTERFACE -fsanitize=fuzzer-no-link,address,undefined
+    -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  target_link_options(kiln_flags INTERFACE -fsanitize=address,undefined)
+endif()
+
 # kiln_library(NAME SOURCES... DEPS ...): one library target per src/ folder,
 # aliased as kiln::NAME.
 function(kiln_library name)

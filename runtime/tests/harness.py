@@ -149,6 +149,25 @@ class Runtime:
         self.finish()
 
 
+_importable = {}
+
+
+def requires(*modules):
+    """Skips a test (or class) whose cells import `modules` when the runtime's
+    interpreter cannot import one of them, naming the Debian package."""
+    missing = []
+    for name in modules:
+        if name not in _importable:
+            _importable[name] = os.access(PYTHON, os.X_OK) and subprocess.run(
+                [PYTHON, "-I", "-c", "import " + name], capture_output=True,
+                timeout=TIMEOUT).returncode == 0
+        if not _importable[name]:
+            missing.append(name)
+    packages = " ".join("python3-" + ("pil" if m == "PIL" else m) for m in missing)
+    return unittest.skipIf(bool(missing), "%s cannot import %s on this host (Debian: %s)"
+                           % (PYTHON, ", ".join(missing), packages))
+
+
 def of_type(frames, kind):
     return [f for f in frames if f["type"] == kind]
 

@@ -5,7 +5,7 @@ import os
 import unittest
 
 from kiln_runtime import policy as kp
-from tests.harness import STRICT, RuntimeTestCase, of_type, reply
+from tests.harness import STRICT, RuntimeTestCase, of_type, reply, requires
 
 DENY_OS = {"mode": "denylist", "modules": ["os"]}
 
@@ -193,6 +193,7 @@ class RuntimeHookTest(RuntimeTestCase):
         self.rt.shutdown()
         self.assertEqual(self.rt.stdout, "KilnPolicyError os\n")
 
+    @requires("pandas")
     def test_libraries_may_import_denied_modules(self):
         frames = self.rt.execute("import json\njson.dumps({'a': 1})", policy=STRICT)
         self.assertEqual(of_type(frames, "execute_result")[0]["data"]["text/plain"],

@@ -2,11 +2,12 @@
 
 import unittest
 
-from tests.harness import RuntimeTestCase, of_type, png_of, reply
+from tests.harness import RuntimeTestCase, of_type, png_of, reply, requires
 
 PLT = "import matplotlib.pyplot as plt\n"
 
 
+@requires("pandas")
 class PandasTest(RuntimeTestCase):
     def test_dataframe_has_html(self):
         frames = self.rt.execute("import pandas as pd\npd.DataFrame({'colA': [1, 2]})")
@@ -22,6 +23,7 @@ class PandasTest(RuntimeTestCase):
         self.assertIn("Name: ser", data["text/plain"])
 
 
+@requires("PIL")
 class PilTest(RuntimeTestCase):
     def test_image_is_png(self):
         frames = self.rt.execute("from PIL import Image\nImage.new('RGB', (7, 5), 'red')")
@@ -38,11 +40,13 @@ class PilTest(RuntimeTestCase):
 
 
 class MatplotlibTest(RuntimeTestCase):
+    @requires("matplotlib")
     def test_backend_is_kilns(self):
         frames = self.rt.execute("import matplotlib\nmatplotlib.get_backend()")
         self.assertEqual(of_type(frames, "execute_result")[0]["data"]["text/plain"],
                          "'module://kiln_runtime.mpl_backend'")
 
+    @requires("matplotlib")
     def test_open_figure_is_shown_and_closed_at_the_end(self):
         frames = self.rt.execute(PLT + "fig = plt.figure(figsize=(4, 3), dpi=100)\n"
                                  "plt.plot([1, 2, 3]);")
@@ -56,11 +60,13 @@ class MatplotlibTest(RuntimeTestCase):
         self.assertEqual(of_type(frames, "execute_result")[0]["data"]["text/plain"], "[]")
         self.assertEqual(of_type(frames, "display_data"), [])
 
+    @requires("matplotlib")
     def test_figures_come_before_the_result(self):
         frames = self.rt.execute(PLT + "plt.figure(figsize=(1, 1), dpi=20)\n'value'")
         self.assertEqual([f["type"] for f in frames],
                          ["display_data", "execute_result", "execute_reply"])
 
+    @requires("matplotlib")
     def test_plt_show_sends_and_closes(self):
         frames = self.rt.execute(PLT + "plt.figure(figsize=(2, 1), dpi=50)\nplt.plot([1, 2])\n"
                                  "plt.show()\nlen(plt.get_fignums())")
@@ -69,6 +75,7 @@ class MatplotlibTest(RuntimeTestCase):
         self.assertEqual(png_of(shown[0])[1:], (100, 50))
         self.assertEqual(of_type(frames, "execute_result")[0]["data"]["text/plain"], "0")
 
+    @requires("matplotlib")
     def test_figure_as_the_value_is_shown_once(self):
         frames = self.rt.execute(PLT + "fig, ax = plt.subplots(figsize=(3, 2), dpi=100)\nfig")
         self.assertEqual(of_type(frames, "display_data"), [])
@@ -77,6 +84,7 @@ class MatplotlibTest(RuntimeTestCase):
         frames = self.rt.execute("plt.get_fignums()")
         self.assertEqual(of_type(frames, "execute_result")[0]["data"]["text/plain"], "[]")
 
+    @requires("matplotlib")
     def test_figure_changed_after_display_is_shown_again(self):
         frames = self.rt.execute(PLT + "fig, ax = plt.subplots(figsize=(1, 1), dpi=30)\n"
                                  "display(fig)\nax.plot([1, 2])\nNone")
@@ -85,12 +93,14 @@ class MatplotlibTest(RuntimeTestCase):
                                  "display(fig2)")
         self.assertEqual(len(of_type(frames, "display_data")), 1)
 
+    @requires("matplotlib")
     def test_figure_show_method(self):
         frames = self.rt.execute(PLT + "fig = plt.figure(figsize=(1, 1), dpi=40)\nfig.show()\n"
                                  "len(plt.get_fignums())")
         self.assertEqual(len(of_type(frames, "display_data")), 1)
         self.assertEqual(of_type(frames, "execute_result")[0]["data"]["text/plain"], "1")
 
+    @requires("matplotlib")
     def test_figures_are_shown_when_the_cell_fails(self):
         frames = self.rt.execute(PLT + "plt.figure(figsize=(1, 1), dpi=10)\n1/0")
         self.assertEqual([f["type"] for f in frames],
@@ -106,6 +116,7 @@ class MatplotlibTest(RuntimeTestCase):
 
 
 class DisplayTest(RuntimeTestCase):
+    @requires("pandas")
     def test_display_sends_display_data(self):
         frames = self.rt.execute("display('hi', 3)\nimport pandas as pd\n"
                                  "display(pd.DataFrame({'a': [1]}))\n'end'")
@@ -143,6 +154,7 @@ class DisplayTest(RuntimeTestCase):
         result = of_type(frames, "execute_result")[0]
         self.assertEqual(set(result["data"]), {"text/plain"})  # the class, not an instance
 
+    @requires("PIL")
     def test_png_from_repr_png(self):
         frames = self.rt.execute(
             "from PIL import Image\nimport io\n"
@@ -176,11 +188,13 @@ class DisplayTest(RuntimeTestCase):
 class CapsTest(RuntimeTestCase):
     FIGS = PLT + "for i in range(4):\n    plt.figure(figsize=(1, 1), dpi=20)\n"
 
+    @requires("matplotlib")
     def test_max_images(self):
         frames = self.rt.execute(self.FIGS, limits={"max_images": 2, "max_image_bytes": 1 << 20})
         self.assertEqual(len(of_type(frames, "display_data")), 2)
         self.assertEqual(reply(frames)["dropped"], 2)
 
+    @requires("matplotlib")
     def test_caps_are_per_cell(self):
         limits = {"max_images": 1, "max_image_bytes": 1 << 20}
         for _ in range(2):
@@ -188,11 +202,13 @@ class CapsTest(RuntimeTestCase):
             self.assertEqual((len(of_type(frames, "display_data")), reply(frames)["dropped"]),
                              (1, 3))
 
+    @requires("matplotlib")
     def test_max_image_bytes(self):
         frames = self.rt.execute(self.FIGS, limits={"max_images": 16, "max_image_bytes": 100})
         self.assertEqual(of_type(frames, "display_data"), [])
         self.assertEqual(reply(frames)["dropped"], 4)
 
+    @requires("PIL")
     def test_result_over_the_cap_keeps_its_text(self):
         frames = self.rt.execute("from PIL import Image\nImage.new('RGB', (2, 2))",
                                  limits={"max_images": 0, "max_image_bytes": 1 << 20})
@@ -201,6 +217,7 @@ class CapsTest(RuntimeTestCase):
         self.assertEqual(result["metadata"], {})
         self.assertEqual(reply(frames)["dropped"], 1)
 
+    @requires("pandas")
     def test_text_outputs_are_not_images(self):
         frames = self.rt.execute("display('a')\nimport pandas as pd\npd.DataFrame({'a': [1]})",
                                  limits={"max_images": 0, "max_image_bytes": 0})
@@ -208,6 +225,7 @@ class CapsTest(RuntimeTestCase):
         self.assertIn("text/html", of_type(frames, "execute_result")[0]["data"])
         self.assertEqual(reply(frames)["dropped"], 0)
 
+    @requires("matplotlib")
     def test_default_caps(self):
         frames = self.rt.execute(
             PLT + "for i in range(18):\n    plt.figure(figsize=(1, 1), dpi=10)\n", limits={})

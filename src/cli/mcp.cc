@@ -122,7 +122,7 @@ int DoLocal(const McpFlags& f) {
   if (Status s = supervisor::EnsureFontCache(*host); !s.ok()) {
     KILN_LOG_WARN("no matplotlib font cache: {}", s.error().ToString());
   }
-  auto spawner = spawner::Spawner::Start(cfg, std::move(*host));
+  auto spawner = spawner::Spawner::Start(cfg, *host);
   if (!spawner.ok()) return Fail(spawner.error().ToString(), kExitRefused);
   UniqueFd stop = StopSignals();
   if (!stop) return Fail("signalfd failed", 1);

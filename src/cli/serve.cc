@@ -68,7 +68,29 @@ int DoServe(const ServeFlags& f) {
     cfg.server.concurrency = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
 
-  // --- State: the audit log and keys.
+  // --- The host, once; leftovers of a crashed server; readiness.
+  auto host = supervisor::LoadHostContext();
+  if (!host.ok()) return Fail(host.error().ToString());
+  if (host->cgroups) {
+    auto removed = host->cgroups->RemoveStale(IsStaleSandboxCgroup);
+    if (removed.ok() && *removed > 0) KILN_LOG_WARN("removed {} stale sandbox cgroup(s)", *removed);
+  }
+  if (Status s = supervisor::EnsureFontCache(*host); !s.ok()) {
+    KILN_LOG_WARN("no matplotlib font cache: {}", s.error().ToString());
+  }
+  nlohmann::json readiness = DoctorReport(/*smoke_test=*/true);
+  if (!readiness.value("ready", false)) {
+    KILN_LOG_ERROR("not ready: {} (GET /readyz answers 503)", readiness.value("verdict", ""));
+  }
+
+  // --- The spawner: a process of its own (kiln's binary again), started
+  // before anything secret is opened, and started again if it dies. No
+  // supervisor, pool process or sandbox pid 1 (forks that never exec)
+  // inherits the store's fds, mappings or page cache.
+  auto spawner = spawner::Spawner::Start(cfg, *host);
+  if (!spawner.ok()) return Fail(spawner.error().ToString());
+
+  // --- State: the audit log and keys (the server alone holds them).
   auto store = store::Store::Open(cfg.server.data_dir);
   if (!store.ok()) return Fail(store.error().ToString());
   if (auto n = (*store)->MarkInterrupted(); n.ok() && *n > 0) {
@@ -87,25 +109,6 @@ int DoServe(const ServeFlags& f) {
               << cfg.server.data_dir << "`):\n";
     std::cout << key->key << std::endl;
   }
-
-  // --- The host, once; leftovers of a crashed server; readiness.
-  auto host = supervisor::LoadHostContext();
-  if (!host.ok()) return Fail(host.error().ToString());
-  if (host->cgroups) {
-    auto removed = host->cgroups->RemoveStale(IsStaleSandboxCgroup);
-    if (removed.ok() && *removed > 0) KILN_LOG_WARN("removed {} stale sandbox cgroup(s)", *removed);
-  }
-  if (Status s = supervisor::EnsureFontCache(*host); !s.ok()) {
-    KILN_LOG_WARN("no matplotlib font cache: {}", s.error().ToString());
-  }
-  nlohmann::json readiness = DoctorReport(/*smoke_test=*/true);
-  if (!readiness.value("ready", false)) {
-    KILN_LOG_ERROR("not ready: {} (GET /readyz answers 503)", readiness.value("verdict", ""));
-  }
-
-  // --- The spawner: the last fork of this process.
-  auto spawner = spawner::Spawner::Start(cfg, std::move(*host));
-  if (!spawner.ok()) return Fail(spawner.error().ToString());
 
   // From here on there are threads: SIGTERM/SIGINT are taken by sigwait below.
   sigset_t stop_signals;
@@ -176,6 +179,19 @@ void RegisterServe(CLI::App& app, Action* action) {
   serve->add_option("--listen", flags->listen, "ADDR:PORT (default: server.listen, 127.0.0.1:8080)");
   serve->add_option("--data-dir", flags->data_dir, "Where the SQLite database lives");
   serve->callback([flags, action] { *action = [flags] { return DoServe(*flags); }; });
+
+  // The spawner process of `kiln serve` and `kiln mcp` (spawner::Spawner
+  // starts it, and starts it again when it dies): not for people.
+  auto server_pid = std::make_shared<int>(0);
+  CLI::App* spawner_cmd = app.add_subcommand("spawner", "The server's spawner process (internal)");
+  spawner_cmd->group("");  // hidden
+  spawner_cmd->add_option("--server-pid", *server_pid, "The server it serves and dies with")->required();
+  spawner_cmd->callback([server_pid, action] {
+    *action = [server_pid] {
+      spawner::RunSpawnerProcess(static_cast<pid_t>(*server_pid));
+      return 1;
+    };
+  });
 }
 
 }  // namespace kiln::cli

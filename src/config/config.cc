@@ -321,6 +321,7 @@ Result<Config> ParseConfig(std::string_view text, std::string source) {
   }
   Config c;
   c.source = source;
+  c.text = std::string(text);
   c.tenants["default"] = TenantConfig{};
   for (const auto& [k, node] : root) {
     const std::string key(k.str());

@@ -94,6 +94,7 @@ struct PoolConfig {
 
 struct Config {
   std::string source;  // file name, or "built-in"
+  std::string text;    // the TOML it was parsed from (a restarted spawner parses it again)
   std::map<std::string, Profile> profiles;
   ServerConfig server;
   PoolConfig pool;

@@ -45,10 +45,10 @@ Result<std::optional<std::string>> FrameReader::Next() {
 }
 
 Result<nlohmann::json> ParseFrame(std::string_view payload) {
+  if (HasNulByte(payload)) return InvalidArgument("frame holds a NUL byte (never part of JSON text)");
   if (!JsonDepthWithin(payload)) {
     return InvalidArgument("frame nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   }
-  if (HasNulByte(payload)) return InvalidArgument("frame is not valid JSON (a NUL byte)");
   nlohmann::json j = nlohmann::json::parse(payload, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return InvalidArgument("frame is not valid JSON");
   if (!j.is_object()) return InvalidArgument("frame is not a JSON object");

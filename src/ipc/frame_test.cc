@@ -70,6 +70,8 @@ TEST(Frame, ParseRejectsGarbage) {
   EXPECT_FALSE(ParseFrame("{}").ok());
   EXPECT_FALSE(ParseFrame(std::string("{\"type\":\"a\"\0}", 13)).ok());
   EXPECT_TRUE(ParseFrame("{\"type\":\"a\",\"extra\":[1]}").ok());
+  // nlohmann stops at a NUL: the rest of the frame would go unread.
+  EXPECT_FALSE(ParseFrame(std::string("{\"type\":\"a\"}\0{\"type\":\"b\"}", 25)).ok());
 }
 
 // nlohmann stops reading at a NUL byte: "{...}\0junk" parsed as "{...}"

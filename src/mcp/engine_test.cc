@@ -697,7 +697,12 @@ TEST(McpEngine, ProgressHeartbeatWhileACellIsSilent) {
             {"arguments", {{"code", "block"}}},
             {"_meta", {{"progressToken", 7}}}}}});
   ASSERT_TRUE(c.WaitRunning());
-  std::this_thread::sleep_for(450ms);
+  // Two beats, 100 ms apart, waited for (a busy host may take longer than
+  // 200 ms to run the heartbeat thread twice); the bound is for a broken one.
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (c.Notifications("notifications/progress").size() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
   const auto beats = c.Notifications("notifications/progress");
   EXPECT_GE(beats.size(), 2u);
   for (const auto& b : beats) EXPECT_EQ(b["params"]["progressToken"], 7);

@@ -393,9 +393,20 @@ TEST(McpHttpBackend, EveryWaitIsBounded) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, Code::kUnavailable);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
-  // Nobody listening: an error at once.
-  auto nobody = Make("http://127.0.0.1:1");
+  // Nobody listening: an error at once. The port is one of ours, bound but
+  // not listening (a fixed one, such as 1, may be served on some host).
+  const int closed = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(closed, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  sockaddr* sa = static_cast<sockaddr*>(static_cast<void*>(&a));
+  ASSERT_EQ(::bind(closed, sa, sizeof a), 0);
+  ASSERT_EQ(::getsockname(closed, sa, &len), 0);
+  auto nobody = Make("http://127.0.0.1:" + std::to_string(ntohs(a.sin_port)));
   auto c = nobody->CreateSession();
+  ::close(closed);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.error().code, Code::kUnavailable);
 }

@@ -363,7 +363,9 @@ TEST_F(McpHttp, DeleteEndsTheSessionAndItsKilnSession) {
 
 TEST_F(McpHttp, IdleSessionsAreReaped) {
   HttpServiceOptions o;
-  o.idle_ttl = std::chrono::milliseconds(200);
+  // Long enough that the check right after the call cannot see it idle on a
+  // busy host, short enough for the reaper to take it within seconds.
+  o.idle_ttl = std::chrono::milliseconds(1000);
   Make(o);
   const std::string id = Init();
   service->Handle(Post({{"jsonrpc", "2.0"},
@@ -374,7 +376,12 @@ TEST_F(McpHttp, IdleSessionsAreReaped) {
                   &sse);
   service->ReapIdle();
   EXPECT_EQ(service->sessions(), 1u);   // not idle yet
-  std::this_thread::sleep_for(1500ms);  // the reaper thread's second goes by
+  // The reaper thread (once a second) removes it: waited for, bounded for a
+  // broken reaper, since a busy host may run that thread late.
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (service->sessions() != 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(20ms);
+  }
   EXPECT_EQ(service->sessions(), 0u);
   EXPECT_EQ(state->deleted, state->created);
   EXPECT_EQ(

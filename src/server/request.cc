@@ -18,10 +18,10 @@ FieldError Err(std::string field, std::string code, std::string message) {
 }
 
 std::optional<FieldError> ParseObject(const std::string& body, nlohmann::json* j) {
+  if (HasNulByte(body)) return Err("", "invalid_json", "the body holds a NUL byte (never part of JSON text)");
   if (!JsonDepthWithin(body)) {
     return Err("", "invalid_json", "the body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   }
-  if (HasNulByte(body)) return Err("", "invalid_json", "the body is not valid JSON (a NUL byte)");
   *j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j->is_discarded()) return Err("", "invalid_json", "the body is not valid JSON");
   if (!j->is_object()) return Err("", "invalid_json", "the body must be a JSON object");

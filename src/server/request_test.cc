@@ -32,6 +32,15 @@ TEST(V1Execute, ParsesEveryField) {
   EXPECT_FALSE(d.exec.return_files.has_value());
 }
 
+// nlohmann stops at a NUL byte; what follows one would go unread.
+TEST(V1Execute, ANulByteIsInvalidJson) {
+  V1Request d;
+  const std::string body("{\"code\":\"1\"}\0{\"x\":1}", 20);
+  const auto e = ParseV1Execute(body, "default", &d);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->code, "invalid_json");
+}
+
 TEST(V1Execute, ErrorsNameTheField) {
   struct Case {
     const char* body;

@@ -801,7 +801,11 @@ struct HttpServer::Impl {
     }
     if (e.code == Code::kGone) code = "session_gone";
     if (e.code == Code::kNotFound) code = "not_found";
-    return Json(status, V1ErrorBody(code, message, FieldOf(message)), version, true);
+    Response res = Json(status, V1ErrorBody(code, message, FieldOf(message)), version, true);
+    // kUnavailable is passing (a spawner being restarted, a supervisor that
+    // died): the caller may retry.
+    if (e.code == Code::kUnavailable) res.set(http::field::retry_after, "1");
+    return res;
   }
 
   Response ExecuteV1(const Request& req, const store::KeyInfo& key, const std::string& peer, tcp::socket& socket) {
@@ -864,7 +868,9 @@ struct HttpServer::Impl {
       nlohmann::json body = status == http::status::unprocessable_entity
                                 ? ReferenceValidationBody(FieldError{field, "value_error", out.error->message})
                                 : nlohmann::json{{"detail", out.error->message}};
-      return Json(status, body, req.version(), true);
+      Response res = Json(status, body, req.version(), true);
+      if (out.error->code == Code::kUnavailable) res.set(http::field::retry_after, "1");
+      return res;
     }
     const auto& j = out.response->result;
     const std::string status = j.value("status", "");

@@ -3,12 +3,17 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -423,6 +428,36 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
   RunOneShot(ch, *frame, config, host, std::move(pooled));
 }
 
+// A supervisor reads what a sandbox made (frames, files, directory listings)
+// and is outside the sandbox's memory cgroup: whatever a bug in that reading
+// lets a sandbox inflate, this soft RLIMIT_DATA bounds per supervisor (the
+// returned files, 64 MiB, and their encodings fit well below). The sandbox
+// it clones lifts it again (isolation::BuildRlimitPlan). Not under
+// AddressSanitizer, whose shadow memory counts as data.
+constexpr rlim_t kSupervisorDataBytes = 1ULL << 30;
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
+void LimitOwnMemory() {
+  if (kAddressSanitizer) return;
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_DATA, &rl) != 0) return;
+  if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > kSupervisorDataBytes) {
+    rl.rlim_cur = std::min<rlim_t>(kSupervisorDataBytes, rl.rlim_max);
+    (void)::setrlimit(RLIMIT_DATA, &rl);
+  }
+}
+
 [[noreturn]] void SpawnerMain(int control, pid_t server, const config::Config& config,
                               const supervisor::HostContext& host) {
   // Dies with the server; everything below dies with us the same way.
@@ -462,7 +497,20 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
   }
   for (;;) {
     pid_t exited;
-    while ((exited = ::waitpid(-1, nullptr, WNOHANG)) > 0) {
+    int status = 0;
+    while ((exited = ::waitpid(-1, &status, WNOHANG)) > 0) {
+      if (exited != pool_pid && (WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0)) &&
+          host.cgroups != nullptr) {
+        // A supervisor that died (killed, or crashed) left its sandbox's
+        // cgroups behind: they are named after it ("sbx-<pid>-..."); its
+        // sandbox died with it (PDEATHSIG), and whatever is left is killed.
+        const std::string prefix = "sbx-" + std::to_string(exited) + "-";
+        auto removed = host.cgroups->RemoveStale(
+            [&prefix](const std::string& name) { return name.rfind(prefix, 0) == 0; });
+        if (removed.ok() && *removed > 0) {
+          KILN_LOG_WARN("a supervisor (pid {}) died; removed {} cgroup(s) it left", exited, *removed);
+        }
+      }
       if (exited == pool_pid) {
         // Its sandboxes died with it (its zygotes' pid 1s have it as parent).
         KILN_LOG_WARN("warm pool: the pool process exited; restarting it");
@@ -515,6 +563,7 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
       ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
       if (::getppid() != self) ::_exit(0);
       ::prctl(PR_SET_NAME, "kiln-supervise", 0, 0, 0);
+      LimitOwnMemory();
       ::close(control);
       pool_fd.Reset();
       stock.Clear();  // only our own sandbox's fds stay open
@@ -585,38 +634,150 @@ Result<ExecRequest> DecodeRequest(const nlohmann::json& j) {
   return r;
 }
 
+[[noreturn]] void RunSpawnerProcess(pid_t server) {
+  // The configuration the server parsed, from fd 4.
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(4, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(4);
+  auto config = config::ParseConfig(text, "the server's configuration");
+  if (!config.ok()) {
+    KILN_LOG_ERROR("spawner: {}", config.error().ToString());
+    ::_exit(1);
+  }
+  auto host = supervisor::LoadHostContext();
+  if (!host.ok()) {
+    KILN_LOG_ERROR("spawner: {}", host.error().ToString());
+    ::_exit(1);
+  }
+  SpawnerMain(3, server, *config, *host);
+}
+
 Result<std::unique_ptr<Spawner>> Spawner::Start(const config::Config& config,
-                                                supervisor::HostContext host) {
+                                                const supervisor::HostContext& host) {
+  auto s = std::unique_ptr<Spawner>(new Spawner());
+  s->config_ = config;
+  s->pool_ = !zygote::PoolUnavailableReason(config, host).has_value();
+  s->wake_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!s->wake_) return ErrnoError("eventfd for the spawner's watcher");
+  {
+    std::lock_guard<std::mutex> lock(s->send_mu_);
+    KILN_TRY(s->Launch());
+  }
+  s->watcher_ = std::thread([p = s.get()] { p->Watch(); });
+  return s;
+}
+
+Status Spawner::Launch() {
   int sp[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) {
     return ErrnoError("socketpair for the spawner");
   }
   UniqueFd mine(sp[0]), theirs(sp[1]);
-  const pid_t server = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) return ErrnoError("fork the spawner");
-  if (pid == 0) {
-    mine.Reset();
-    SpawnerMain(theirs.Release(), server, config, host);
+  UniqueFd text(::memfd_create("kiln-config", MFD_CLOEXEC));
+  if (!text) return ErrnoError("memfd for the spawner's configuration");
+  if (sys::WriteAll(text.get(), config_.text.data(), config_.text.size()) != 0 ||
+      ::lseek(text.get(), 0, SEEK_SET) != 0) {
+    return ErrnoError("write the spawner's configuration");
   }
-  auto s = std::unique_ptr<Spawner>(new Spawner());
-  s->pid_ = pid;
-  s->control_ = std::move(mine);
-  s->config_ = config;
-  s->pool_ = !zygote::PoolUnavailableReason(config, host).has_value();
-  return s;
+  // Above fd 4, so that the dup2s below cannot overwrite each other.
+  UniqueFd control_hi(::fcntl(theirs.get(), F_DUPFD_CLOEXEC, 10));
+  UniqueFd text_hi(::fcntl(text.get(), F_DUPFD_CLOEXEC, 10));
+  if (!control_hi || !text_hi) return ErrnoError("dup the spawner's fds");
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  ::posix_spawn_file_actions_init(&actions);
+  ::posix_spawnattr_init(&attr);
+  ::posix_spawn_file_actions_adddup2(&actions, control_hi.get(), 3);
+  ::posix_spawn_file_actions_adddup2(&actions, text_hi.get(), 4);
+  ::posix_spawn_file_actions_addclosefrom_np(&actions, 5);  // nothing else of the server's
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  ::posix_spawnattr_setsigmask(&attr, &none);
+  ::posix_spawnattr_setsigdefault(&attr, &all);
+  ::posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  const std::string server = std::to_string(::getpid());
+  std::string arg0 = "kiln", arg1 = "spawner", arg2 = "--server-pid", arg3 = server;
+  char* argv[] = {arg0.data(), arg1.data(), arg2.data(), arg3.data(), nullptr};
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, "/proc/self/exe", &actions, &attr, argv, environ);
+  ::posix_spawn_file_actions_destroy(&actions);
+  ::posix_spawnattr_destroy(&attr);
+  if (rc != 0) return ErrnoError("start the spawner (posix_spawn)", rc);
+  UniqueFd pidfd(sys::PidfdOpen(pid, 0));
+  if (!pidfd) {
+    const int e = errno;
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    return ErrnoError("pidfd of the spawner", e);
+  }
+  pid_ = pid;
+  pidfd_ = std::move(pidfd);
+  control_ = std::move(mine);
+  generation_.fetch_add(1);
+  up_ = true;
+  return OkStatus();
+}
+
+void Spawner::Watch() {
+  auto backoff = std::chrono::milliseconds(100);
+  auto started = std::chrono::steady_clock::now();
+  for (;;) {
+    pollfd pfds[2] = {{pidfd_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
+    if (!up_) pfds[0].fd = -1;
+    if (::poll(pfds, 2, -1) < 0 && errno != EINTR) return;
+    if (pfds[1].revents != 0) return;  // stopping
+    if (pfds[0].revents == 0) continue;
+    int status = 0;
+    const pid_t dead = pid_;
+    {
+      std::lock_guard<std::mutex> lock(send_mu_);
+      up_ = false;
+      control_.Reset();
+      (void)::waitpid(dead, &status, 0);
+    }
+    ++restarts_;
+    // A spawner that lived a while is restarted at once; one that keeps
+    // dying waits longer each time, up to 5 s.
+    if (std::chrono::steady_clock::now() - started > std::chrono::seconds(30)) {
+      backoff = std::chrono::milliseconds(100);
+    }
+    KILN_LOG_ERROR("the spawner (pid {}) {} {}; its executions and sessions are lost; restarting in {} ms",
+                   dead, WIFSIGNALED(status) ? "was killed by signal" : "exited",
+                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), backoff.count());
+    for (;;) {
+      pollfd stop{wake_.get(), POLLIN, 0};
+      if (::poll(&stop, 1, static_cast<int>(backoff.count())) > 0) return;
+      backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::seconds(5));
+      std::lock_guard<std::mutex> lock(send_mu_);
+      Status launched = Launch();
+      if (launched.ok()) break;
+      KILN_LOG_ERROR("restarting the spawner: {}; again in {} ms", launched.error().ToString(), backoff.count());
+    }
+    started = std::chrono::steady_clock::now();
+    KILN_LOG_WARN("the spawner is running again (pid {})", pid_.load());
+  }
 }
 
 Spawner::~Spawner() {
-  if (pid_ > 0) {
+  const uint64_t one = 1;
+  if (wake_) (void)!::write(wake_.get(), &one, sizeof one);
+  if (watcher_.joinable()) watcher_.join();
+  if (up_ && pid_ > 0) {
     ::kill(pid_, SIGKILL);  // its supervisors and sandboxes follow (PDEATHSIG)
     ::waitpid(pid_, nullptr, 0);
   }
 }
 
-bool Spawner::Alive() const { return pid_ > 0 && ::kill(pid_, 0) == 0; }
+bool Spawner::Alive() const { return up_; }
 
-Result<UniqueFd> Spawner::NewJob(const std::string& pool_profile) {
+Result<UniqueFd> Spawner::NewJob(const std::string& pool_profile, uint64_t* generation) {
   int sp[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) return ErrnoError("socketpair");
   UniqueFd job(sp[0]), theirs(sp[1]);
@@ -624,11 +785,25 @@ Result<UniqueFd> Spawner::NewJob(const std::string& pool_profile) {
   std::string tag = pool_profile.empty() || pool_profile.size() > 64 ? "J" : "P" + pool_profile;
   const int fd = theirs.get();
   std::lock_guard<std::mutex> lock(send_mu_);
+  if (!up_) return MakeError(Code::kUnavailable, "the spawner is restarting; retry");
+  *generation = generation_;
   if (sys::SendWithFds(control_.get(), tag.data(), tag.size(), &fd, 1, 0) !=
       static_cast<ssize_t>(tag.size())) {
-    return ErrnoError("hand the job to the spawner", errno);
+    return MakeError(Code::kUnavailable, "the spawner is not running; retry");
   }
   return job;
+}
+
+Error Spawner::Died(uint64_t generation, const std::string& what, const Error& e) {
+  bool spawner_died = false;
+  {
+    std::lock_guard<std::mutex> lock(send_mu_);
+    pollfd p{pidfd_ ? pidfd_.get() : -1, POLLIN, 0};
+    spawner_died = !up_ || generation != generation_ || (p.fd >= 0 && ::poll(&p, 1, 0) > 0);
+  }
+  return MakeError(Code::kUnavailable, spawner_died ? "the spawner died during the " + what + "; retry"
+                                                    : "the " + what + "'s supervisor died (" + e.message +
+                                                          "); retry");
 }
 
 namespace {
@@ -638,9 +813,9 @@ Result<ExecResponse> ReadResult(FramedChannel& ch, const EventFn& on_event,
                                 std::vector<FramedChannel::Waker>* wakers) {
   for (;;) {
     auto frame = ch.Read(wakers);
-    if (!frame.ok()) {
-      return MakeError(Code::kInternal, "the sandbox's supervisor ended without a result: " +
-                                            frame.error().message);
+    if (!frame.ok()) {  // kUnavailable: the supervisor (or the spawner) died
+      return MakeError(Code::kUnavailable, "the sandbox's supervisor ended without a result: " +
+                                               frame.error().message);
     }
     const std::string type = (*frame)["type"].get<std::string>();
     if (type == "event") {
@@ -676,11 +851,14 @@ Result<ExecResponse> Spawner::Run(const ExecRequest& request, const CancelToken*
       pool_profile = request.profile;
     }
   }
-  KILN_ASSIGN_OR_RETURN(UniqueFd job, NewJob(pool_profile));
+  uint64_t generation = 0;
+  KILN_ASSIGN_OR_RETURN(UniqueFd job, NewJob(pool_profile, &generation));
   FramedChannel ch(std::move(job), kMaxResponseBytes);
   ExecRequest req = request;
   req.stream = static_cast<bool>(on_event);
-  KILN_TRY(ch.Write(EncodeRequest(req)));
+  if (Status written = ch.Write(EncodeRequest(req)); !written.ok()) {
+    return Died(generation, "execution", written.error());
+  }
   // Cancel or a client hangup: EOF on the supervisor's end, which kills the
   // sandbox and answers with its "cancelled" result.
   std::vector<FramedChannel::Waker> wakers(2);
@@ -689,7 +867,11 @@ Result<ExecResponse> Spawner::Run(const ExecRequest& request, const CancelToken*
   wakers[1].fd = hangup_fd;
   wakers[1].events = POLLRDHUP;
   wakers[1].fire = [&ch] { ch.ShutdownWrite(); };
-  return ReadResult(ch, on_event, &wakers);
+  auto result = ReadResult(ch, on_event, &wakers);
+  if (!result.ok() && result.error().code == Code::kUnavailable) {
+    return Died(generation, "execution", result.error());
+  }
+  return result;
 }
 
 SessionChannel::SessionChannel() = default;
@@ -697,16 +879,19 @@ SessionChannel::~SessionChannel() = default;  // closing the socket ends the ses
 
 Result<std::unique_ptr<SessionChannel>> Spawner::StartSession(const SessionRequest& request,
                                                               const CancelToken* cancel) {
-  KILN_ASSIGN_OR_RETURN(UniqueFd job, NewJob());
+  uint64_t generation = 0;
+  KILN_ASSIGN_OR_RETURN(UniqueFd job, NewJob("", &generation));
   auto session = std::unique_ptr<SessionChannel>(new SessionChannel());
   session->channel_ = std::make_unique<FramedChannel>(std::move(job), kMaxResponseBytes);
   FramedChannel& ch = *session->channel_;
-  KILN_TRY(ch.Write(EncodeSessionRequest(request)));
+  if (Status written = ch.Write(EncodeSessionRequest(request)); !written.ok()) {
+    return Died(generation, "session's start", written.error());
+  }
   std::vector<FramedChannel::Waker> wakers(1);
   wakers[0].fd = cancel ? cancel->fd() : -1;
   wakers[0].fire = [&ch] { ch.ShutdownWrite(); };
   auto frame = ch.Read(&wakers);
-  if (!frame.ok()) return MakeError(Code::kInternal, "the session's supervisor ended: " + frame.error().message);
+  if (!frame.ok()) return Died(generation, "session's start", frame.error());
   const std::string type = frame->value("type", "");
   if (type == "error") return ErrorOf(*frame);
   if (type != "ready") return Internal("malformed response from the session's supervisor");

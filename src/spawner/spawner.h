@@ -18,10 +18,12 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -118,10 +120,13 @@ class SessionChannel final {
 
 class Spawner final {
  public:
-  // Forks the spawner. Precondition: the calling process has one thread.
-  // `config` and `host` are the spawner's (and its children's) copies.
+  // Starts the spawner process (kiln's own binary run as `kiln spawner`, a
+  // hidden command: posix_spawn, so the caller may have threads) and a thread
+  // that restarts it, with backoff, whenever it dies. It parses
+  // `config.text` itself and probes the host itself; `host` here decides
+  // only whether executions may ask for a pooled sandbox.
   static Result<std::unique_ptr<Spawner>> Start(const config::Config& config,
-                                                supervisor::HostContext host);
+                                                const supervisor::HostContext& host);
   ~Spawner();
   Spawner(const Spawner&) = delete;
   Spawner& operator=(const Spawner&) = delete;
@@ -143,20 +148,39 @@ class Spawner final {
                                                        const CancelToken* cancel);
 
   pid_t pid() const { return pid_; }
-  // Whether the spawner process is still there.
+  // Whether the spawner process runs (false while it is being restarted:
+  // executions and sessions are then refused with kUnavailable).
   bool Alive() const;
+  // How many times it died and was started again.
+  int restarts() const { return restarts_; }
 
  private:
   Spawner() = default;
   // A job socket handed to the spawner; `pool_profile` non-empty: the
   // execution may take a pooled sandbox of that profile (zygote::PoolEligible).
-  Result<UniqueFd> NewJob(const std::string& pool_profile = "");
-  pid_t pid_ = -1;
+  // `generation`: which spawner took it.
+  Result<UniqueFd> NewJob(const std::string& pool_profile, uint64_t* generation);
+  // An execution's channel ended without an answer: kUnavailable (retry)
+  // whatever died, the spawner or the execution's supervisor.
+  Error Died(uint64_t generation, const std::string& what, const Error& e);
+  Status Launch();  // with send_mu_ held
+  void Watch();     // the restarting thread
+  std::atomic<pid_t> pid_{-1};
+  UniqueFd pidfd_;
   UniqueFd control_;
   std::mutex send_mu_;
+  std::atomic<bool> up_{false};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> restarts_{0};
+  UniqueFd wake_;  // eventfd: the destructor stops the watcher
+  std::thread watcher_;
   config::Config config_;  // for the pool's eligibility (read-only after Start)
   bool pool_ = false;      // the spawner runs a warm pool
 };
+
+// `kiln spawner` (hidden): the spawner process. fd 3 is its control socket,
+// fd 4 holds the configuration's text; `server` is the pid it dies with.
+[[noreturn]] void RunSpawnerProcess(pid_t server);
 
 // Encoding of the job channel, exposed for unit tests.
 nlohmann::json EncodeRequest(const ExecRequest& r);

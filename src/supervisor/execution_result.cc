@@ -73,9 +73,10 @@ nlohmann::json ToJson(const ExecutionResult& r, bool with_files) {
     auto files = nlohmann::json::array();
     for (const auto& f : r.files) files.push_back({{"path", f.path}, {"size", f.size}});
     j["files"] = files;
-    if (!r.collect_skipped.empty()) j["files_skipped"] = r.collect_skipped;
-    if (!r.collect_error.empty()) j["collect_error"] = r.collect_error;
   }
+  // Also for files returned in memory (return_files): what was left out, and why.
+  if (!r.collect_skipped.empty()) j["files_skipped"] = r.collect_skipped;
+  if (!r.collect_error.empty()) j["collect_error"] = r.collect_error;
   if (r.setup_error) {
     j["setup_error"] = {{"step", std::string(kiln::ToString(r.setup_error->step))},
                         {"errno", r.setup_error->sys_errno},

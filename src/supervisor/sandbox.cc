@@ -165,6 +165,7 @@ struct Sandbox::State {
   bool adopted = false;
   uid_t adopted_uid = 0;
   bool reaped = false;
+  bool dead_confirmed = false;  // pid 1 reaped, or its pidfd said it exited
   int init_status = 0;
   rusage ru{};
   UniqueFd sync_parent, rt_parent, out_r, err_r;
@@ -533,10 +534,11 @@ struct Sandbox::State {
       // Not our child: no wait status or rusage (the cgroup accounts), but
       // its pidfd says when it is gone.
       pollfd gone{pidfd.get(), POLLIN, 0};
-      (void)::poll(&gone, 1, static_cast<int>(kDrainTimeout.count() * 1000));
+      dead_confirmed = ::poll(&gone, 1, static_cast<int>(kDrainTimeout.count() * 1000)) > 0;
       reaped = true;
     } else if (pid > 0 && ::wait4(pid, &init_status, 0, &ru) == pid) {
       reaped = true;
+      dead_confirmed = true;
     }
     init_exited = true;
     // Late records (the worker's status can race pid 1's exit) and the rest of
@@ -1175,7 +1177,12 @@ ExecutionResult Sandbox::Finish(const FinishOptions& options) {
   // done; what is left (the interpreter's own teardown, the processes' exit,
   // the cgroup's removal) need not delay the caller. Its accounting comes
   // from the cgroup, which still exists.
-  const bool early = options.on_result && s.exit_reported && s.cgroup && !s.torn_down;
+  // Files are read only from a dead sandbox (an `exiting` frame can be
+  // forged while other processes still write): a run that collects files is
+  // torn down (pid 1 reaped, so every process of its pid namespace is gone)
+  // before the collection and the answer.
+  const bool collects = options.collect_dir.has_value() || options.return_files.has_value();
+  const bool early = options.on_result && s.exit_reported && s.cgroup && !s.torn_down && !collects;
   if (early) {
     s.Kill(std::nullopt);
   } else {
@@ -1186,7 +1193,9 @@ ExecutionResult Sandbox::Finish(const FinishOptions& options) {
     Status killed_rest = s.cgroup->KillAll();
     if (!killed_rest.ok()) KILN_LOG_WARN("cgroup kill: {}", killed_rest.error().ToString());
   }
-  if (options.collect_dir && s.workspace_fd) {
+  if (collects && !s.dead_confirmed) {
+    r.collect_error = "the sandbox's processes were not seen to exit: no file was collected";
+  } else if (options.collect_dir && s.workspace_fd) {
     auto collected = CollectWorkspace(s.workspace_fd.get(), *options.collect_dir, CollectLimits{},
                                       options.collect_only);
     // A failed copy-out must not lose the run's result: report it beside it.
@@ -1197,7 +1206,7 @@ ExecutionResult Sandbox::Finish(const FinishOptions& options) {
       r.collect_skipped = std::move(collected->skipped);
     }
   }
-  if (options.return_files && s.workspace_fd) {
+  if (options.return_files && s.workspace_fd && s.dead_confirmed) {
     std::vector<FileContent> files;
     CollectLimits lim;
     lim.max_total_bytes = 64ULL << 20;

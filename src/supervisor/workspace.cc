@@ -31,6 +31,28 @@ struct Walk {
   uint64_t total = 0;
   std::vector<FileContent>* memory = nullptr;  // set: collect into memory, not a directory
   const std::vector<std::string>* globs = nullptr;
+  uint64_t visited = 0;        // directory entries read
+  bool entries_over = false;   // stopped reading at max_entries
+  uint64_t skipped_bytes = 0;
+  uint64_t skipped_more = 0;   // skipped records not kept
+
+  void Skip(std::string why) {
+    if (report.skipped.size() < limits.max_skipped &&
+        skipped_bytes + why.size() <= limits.max_skipped_bytes) {
+      skipped_bytes += why.size();
+      report.skipped.push_back(std::move(why));
+    } else {
+      ++skipped_more;
+    }
+  }
+  // The summary lines, once the walk is over.
+  void Close() {
+    if (entries_over) {
+      report.skipped.push_back("the workspace has more than " + std::to_string(limits.max_entries) +
+                               " entries: the rest were not looked at");
+    }
+    if (skipped_more > 0) report.skipped.push_back(std::to_string(skipped_more) + " more skipped");
+  }
 };
 
 bool Matches(const std::vector<std::string>* globs, const std::string& rel) {
@@ -47,19 +69,19 @@ bool Matches(const std::vector<std::string>* globs, const std::string& rel) {
 Status CopyFile(int src_dir, int dst_dir, const std::string& name, const std::string& rel, Walk* w) {
   UniqueFd in(OpenBeneath(src_dir, name.c_str(), O_RDONLY | O_NONBLOCK));
   if (!in) {
-    w->report.skipped.push_back(rel + ": " + std::strerror(errno));
+    w->Skip(rel + ": " + std::strerror(errno));
     return OkStatus();
   }
   struct stat st {};
   if (::fstat(in.get(), &st) != 0) return ErrnoError("fstat " + rel);
   if (!S_ISREG(st.st_mode)) {
-    w->report.skipped.push_back(rel + ": not a regular file");
+    w->Skip(rel + ": not a regular file");
     return OkStatus();
   }
   if (!Matches(w->globs, rel)) return OkStatus();
   if (w->report.files.size() >= w->limits.max_files ||
       w->total + static_cast<uint64_t>(st.st_size) > w->limits.max_total_bytes) {
-    w->report.skipped.push_back(rel + ": over the collection limits");
+    w->Skip(rel + ": over the collection limits");
     return OkStatus();
   }
   if (w->memory != nullptr) {
@@ -73,7 +95,7 @@ Status CopyFile(int src_dir, int dst_dir, const std::string& name, const std::st
       }
       if (n == 0) break;
       if (w->total + content.size() + static_cast<uint64_t>(n) > w->limits.max_total_bytes) {
-        w->report.skipped.push_back(rel + ": over the collection limits");
+        w->Skip(rel + ": over the collection limits");
         return OkStatus();
       }
       content.append(chunk, static_cast<size_t>(n));
@@ -87,7 +109,7 @@ Status CopyFile(int src_dir, int dst_dir, const std::string& name, const std::st
                         0644));
   if (!out) {
     // E.g. a symlink of the same name already in the destination (O_NOFOLLOW).
-    w->report.skipped.push_back(rel + ": cannot create in the collect directory: " +
+    w->Skip(rel + ": cannot create in the collect directory: " +
                                 std::strerror(errno));
     return OkStatus();
   }
@@ -124,13 +146,17 @@ Status WalkDir(int src_dir, int dst_dir, const std::string& prefix, int depth, W
   while (dirent* e = ::readdir(dir)) {
     std::string name = e->d_name;
     if (name == "." || name == "..") continue;
+    if (++w->visited > w->limits.max_entries) {
+      w->entries_over = true;
+      break;
+    }
     entries.emplace_back(std::move(name), e->d_type);
   }
   ::closedir(dir);
   for (const auto& [name, type] : entries) {
     const std::string rel = prefix.empty() ? name : prefix + "/" + name;
     if (!policy::IsSafeFileName(name)) {
-      w->report.skipped.push_back(rel + ": unsafe name");
+      w->Skip(rel + ": unsafe name");
       continue;
     }
     if (only != nullptr && !only->empty()) {
@@ -140,12 +166,12 @@ Status WalkDir(int src_dir, int dst_dir, const std::string& prefix, int depth, W
     }
     if (type == DT_DIR) {
       if (depth >= w->limits.max_depth) {
-        w->report.skipped.push_back(rel + ": deeper than " + std::to_string(w->limits.max_depth));
+        w->Skip(rel + ": deeper than " + std::to_string(w->limits.max_depth));
         continue;
       }
       UniqueFd sub(OpenBeneath(src_dir, name.c_str(), O_PATH | O_DIRECTORY));
       if (!sub) {
-        w->report.skipped.push_back(rel + ": " + std::strerror(errno));
+        w->Skip(rel + ": " + std::strerror(errno));
         continue;
       }
       if (w->memory != nullptr) {
@@ -161,7 +187,7 @@ Status WalkDir(int src_dir, int dst_dir, const std::string& prefix, int depth, W
     } else if (type == DT_REG || type == DT_UNKNOWN) {
       KILN_TRY(CopyFile(src_dir, dst_dir, name, rel, w));
     } else {
-      w->report.skipped.push_back(rel + (type == DT_LNK ? ": symlink, not followed" : ": special file"));
+      w->Skip(rel + (type == DT_LNK ? ": symlink, not followed" : ": special file"));
     }
   }
   return OkStatus();
@@ -179,6 +205,7 @@ Result<CollectReport> CollectWorkspace(int workspace_fd, const std::string& dest
   if (!dst) return ErrnoError("open collect directory " + dest_dir);
   Walk w{limits, {}, 0};
   KILN_TRY(WalkDir(workspace_fd, dst.get(), "", 0, &w, &only_prefixes));
+  w.Close();
   return std::move(w.report);
 }
 
@@ -187,6 +214,7 @@ Result<CollectReport> CollectWorkspaceToMemory(int workspace_fd, const CollectLi
                                                std::vector<FileContent>* out) {
   Walk w{limits, {}, 0, out, &globs};
   KILN_TRY(WalkDir(workspace_fd, -1, "", 0, &w, nullptr));
+  w.Close();
   return std::move(w.report);
 }
 

@@ -17,10 +17,16 @@
 
 namespace kiln::supervisor {
 
+// Everything below is sandbox-made, so every quantity the supervisor keeps
+// about it is bounded: the bytes and files copied, the directory entries
+// looked at, and the "skipped" records (then one "N more" line).
 struct CollectLimits {
   uint64_t max_total_bytes = 1ULL << 30;
   uint64_t max_files = 10000;
   int max_depth = 16;
+  uint64_t max_entries = 100000;       // directory entries visited, in all
+  uint64_t max_skipped = 100;          // "path: why" records kept
+  uint64_t max_skipped_bytes = 16 << 10;  // ... and their bytes together
 };
 
 struct CollectReport {

@@ -21,7 +21,8 @@ TEST_F(LifetimeEscape, PgrepFindsAMarkedHostProcess) {
   Subprocess p;
   ASSERT_TRUE(p.Start({"/usr/bin/python3", "-c", "import time; time.sleep(30)  # " + marker}));
   std::vector<pid_t> found;
-  for (int i = 0; i < 100 && found.empty(); ++i) {
+  // Until it shows (it does once its execve is done), up to 30 s on a busy host.
+  for (int i = 0; i < 1500 && found.empty(); ++i) {
     found = PgrepF(marker);
     if (found.empty()) ::usleep(20000);
   }

@@ -110,6 +110,7 @@ TEST_F(Cli, JsonCpuLimit) {
 }
 
 TEST_F(Cli, JsonMemoryLimit) {
+  KILN_REQUIRE_CGROUP_LIMITS();  // memory_limit is an OOM kill in the sandbox's cgroup
   const JsonRun r = RunPython("b = bytearray(512 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1",
                               {"--memory", "64m"});
   EXPECT_EQ(r.status(), "memory_limit") << r.Describe();

@@ -7,11 +7,13 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -22,6 +24,7 @@
 #include "cli/pool.h"
 #include "config/config.h"
 #include "supervisor/sandbox.h"
+#include "testlib/host_facts.h"
 #include "testlib/kiln_runner.h"
 #include "testlib/kiln_server.h"
 #include "zygote/pool.h"
@@ -54,6 +57,8 @@ class PoolTest : public ::testing::Test {
 
   void SetUp() override {
     if (!skip_.empty()) GTEST_SKIP() << skip_;
+    RequireSandbox();
+    if (IsSkipped() || HasFatalFailure()) return;
     auto b = config::PolicyFor(**config::BuiltinConfig().Find("default"), {});
     ASSERT_TRUE(b.ok());
     auto p = b->Build();
@@ -205,17 +210,33 @@ TEST_F(PoolTest, SiblingsHaveSeparateTmpIpcAndAbstractSockets) {
   zygote::PooledChild a = Take();
   zygote::PooledChild b = Take();
   // A runs while B looks: its /tmp file, its abstract socket and its SysV
-  // shared memory are invisible to B.
+  // shared memory are invisible to B. A says it is ready with its last file,
+  // which this test (root) sees through /proc/PID/root, and lives until the
+  // test sends it SIGUSR1, so B really runs beside it however slow the host.
+  const pid_t a_worker = a.sandbox.worker_pid;
+  const std::string a_root = "/proc/" + std::to_string(a_worker) + "/root";
   Background ba = RunInBackground(std::move(a), R"PY(
-import os, socket, time
+import os, signal, socket, threading
+go = threading.Event()
+signal.signal(signal.SIGUSR1, lambda *_: go.set())
 open("/tmp/from-a", "w").write("a")
 open("/workspace/from-a", "w").write("a")
 s = socket.socket(socket.AF_UNIX); s.bind("\0kiln-pool-test"); s.listen()
 open("/dev/shm/from-a", "w").write("a")
-time.sleep(8)
+go.wait(120)
 print("a done", sorted(os.listdir("/tmp")))
 )PY");
-  ::usleep(3000 * 1000);  // A has made its files and socket by then (even on a busy host)
+  struct Go {  // lets A end, also when an assertion below returns early
+    int pidfd;   // A's worker, so a later signal cannot reach a reused pid
+    void Send() const { ::syscall(SYS_pidfd_send_signal, pidfd, SIGUSR1, nullptr, 0); }
+    ~Go() {
+      Send();
+      ::close(pidfd);
+    }
+  } go{static_cast<int>(::syscall(SYS_pidfd_open, a_worker, 0))};
+  ASSERT_GE(go.pidfd, 0);
+  ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(a_root + "/dev/shm/from-a"); }, 60s))
+      << "A never made its files";
   const supervisor::ExecutionResult rb = Run(std::move(b), R"PY(
 import os, socket
 print(sorted(os.listdir("/tmp")), os.listdir("/workspace"), os.listdir("/dev/shm"))
@@ -226,10 +247,13 @@ except OSError as e: print("connect", e.errno)
 )PY");
   EXPECT_EQ(rb.outcome, supervisor::Outcome::kOk) << rb.reason << "\n" << rb.stderr_data;
   EXPECT_EQ(rb.stdout_data, "['matplotlib'] [] []\nconnect 111\n") << rb.stderr_data;
+  EXPECT_TRUE(std::filesystem::exists(a_root + "/dev/shm/from-a")) << "A ended before B had looked";
+  go.Send();
   EXPECT_EQ(Finish(ba), "ok\na done ['from-a', 'matplotlib']\n");
 }
 
 TEST_F(PoolTest, RandomStreamsDiffer) {
+  KILN_REQUIRE_PYTHON_MODULES("numpy");
   const std::string code =
       "import random, numpy\nprint(random.getrandbits(64), numpy.random.randint(1 << 62), "
       "hash(1))\n";
@@ -309,7 +333,8 @@ TEST_F(PoolTest, BrokenZygoteHandsOutNothing) {
     po.max = 1;
     auto pool = zygote::Pool::Create(*host_, po);
     if (!pool.ok()) ::_exit(11);
-    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    // Ends as soon as two children have failed; the bound is for a broken pool.
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
     while (std::chrono::steady_clock::now() < deadline && (*pool)->stats().child_failures < 2) {
       (*pool)->Step(50);
     }

@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "testlib/host_facts.h"
 #include "testlib/kiln_runner.h"
 
 namespace kiln::testing {
@@ -90,6 +91,7 @@ TEST_F(RuntimeTest, StreamsAndResultsKeepTheirOrder) {
 }
 
 TEST_F(RuntimeTest, DataFrameHasHtml) {
+  KILN_REQUIRE_PYTHON_MODULES("pandas");
   JsonRun r = RunPython("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]})\n");
   ASSERT_EQ(r.status(), "ok") << r.Describe();
   const nlohmann::json* res = FindOutput(r, "execute_result");
@@ -100,6 +102,7 @@ TEST_F(RuntimeTest, DataFrameHasHtml) {
 }
 
 TEST_F(RuntimeTest, MatplotlibFigureComesBackAsPngOfItsSize) {
+  KILN_REQUIRE_PYTHON_MODULES("matplotlib");
   JsonRun r = RunPython(
       "import matplotlib.pyplot as plt\n"
       "fig = plt.figure(figsize=(4, 3), dpi=100)\n"
@@ -114,6 +117,7 @@ TEST_F(RuntimeTest, MatplotlibFigureComesBackAsPngOfItsSize) {
 }
 
 TEST_F(RuntimeTest, PltShowEmitsAndClosesTheFigure) {
+  KILN_REQUIRE_PYTHON_MODULES("matplotlib");
   JsonRun r = RunPython(
       "import matplotlib.pyplot as plt\n"
       "plt.plot([1, 2])\nplt.show()\nprint(len(plt.get_fignums()))\n");
@@ -123,6 +127,7 @@ TEST_F(RuntimeTest, PltShowEmitsAndClosesTheFigure) {
 }
 
 TEST_F(RuntimeTest, ImageCapsDropAndFlag) {
+  KILN_REQUIRE_PYTHON_MODULES("matplotlib");
   JsonRun r = RunPython(
       "import matplotlib.pyplot as plt\n"
       "for i in range(20):\n    plt.figure(); plt.plot([i])\n",
@@ -202,6 +207,7 @@ TEST_F(RuntimeTest, StaticViolationRunsNothingOfTheCell) {
 }
 
 TEST_F(RuntimeTest, AllowedLibraryMayImportDeniedModulesInternally) {
+  KILN_REQUIRE_PYTHON_MODULES("pandas");
   // pandas and json import os and sys themselves; only the user's imports are checked.
   JsonRun r = RunPython("import json, pandas as pd\nprint(json.dumps(int(pd.Series([1, 2]).sum())))\n",
                         {"--profile", "strict"});
@@ -312,6 +318,7 @@ TEST_F(RuntimeTest, PlainModePrintsTheLastValueAndTraceback) {
 }
 
 TEST_F(RuntimeTest, PlainModeWritesImagesToTheCollectDirectory) {
+  KILN_REQUIRE_PYTHON_MODULES("matplotlib");
   TempDir dir;
   ProcessResult p = RunKiln({"run", "--collect", dir.path(), "-c",
                              "import matplotlib.pyplot as plt\nplt.plot([1, 2])\n"});

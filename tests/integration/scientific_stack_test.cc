@@ -1,11 +1,13 @@
 // Integration tier: what agents actually run. Debian's numpy, pandas and
 // matplotlib (Agg) work inside the sandbox, and a figure saved in the
-// workspace comes out with --collect.
+// workspace comes out with --collect. Each test skips, naming the package,
+// where the host's /usr/bin/python3 lacks its library.
 #include <filesystem>
 #include <string>
 
 #include <gtest/gtest.h>
 
+#include "testlib/host_facts.h"
 #include "testlib/kiln_runner.h"
 
 namespace kiln::testing {
@@ -14,6 +16,7 @@ namespace {
 class ScientificStack : public SandboxTest {};
 
 TEST_F(ScientificStack, NumpyComputes) {
+  KILN_REQUIRE_PYTHON_MODULES("numpy");
   const JsonRun r = RunPython(R"PY(
 import numpy as np
 a = np.arange(12, dtype=np.int64).reshape(3, 4)
@@ -26,6 +29,7 @@ print(round(float(np.linalg.det(np.array([[2.0, 1.0], [1.0, 3.0]]))), 6))
 }
 
 TEST_F(ScientificStack, PandasDescribe) {
+  KILN_REQUIRE_PYTHON_MODULES("pandas");
   const JsonRun r = RunPython(R"PY(
 import pandas as pd
 df = pd.DataFrame({"x": [1, 2, 3, 4], "y": [10.0, 20.0, 30.0, 40.0]})
@@ -41,6 +45,7 @@ print(list(d.index))
 }
 
 TEST_F(ScientificStack, MatplotlibSavefigIsCollected) {
+  KILN_REQUIRE_PYTHON_MODULES("matplotlib");
   TempDir out;
   const std::string collect = out.path() + "/collected";
   const JsonRun r = RunPython(R"PY(

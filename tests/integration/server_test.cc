@@ -842,7 +842,10 @@ memory = "256m"
   const HttpResponse after = again.Execute(key, {{"code", "print('after restart')"}});
   EXPECT_EQ(after.status, 200) << after.Describe();
 
-  if (cgroup_dirs.empty()) {
+  if (const auto no_cgroup = CgroupLimitsMissingReason()) {
+    // kiln/ directories another (root) kiln left here are not this server's.
+    std::cout << "[   NOTE   ] stale-cgroup check skipped: " << *no_cgroup << "\n";
+  } else if (cgroup_dirs.empty()) {
     std::cout << "[   NOTE   ] no v1 kiln cgroup directory on this host: stale-cgroup check skipped\n";
   } else {
     EXPECT_EQ(cgroups_before.size(), 2u * cgroup_dirs.size())

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "testlib/host_facts.h"
 #include "testlib/http_client.h"
 #include "testlib/kiln_runner.h"
 #include "testlib/kiln_server.h"
@@ -249,7 +250,8 @@ TEST_F(Sessions, StatePersistsAcrossCells) {
   const json j = Parse(info);
   EXPECT_EQ(j.value("executions", 0), 2);
   EXPECT_EQ(j.value("state", ""), "idle");
-  EXPECT_TRUE(j["memory_bytes"].is_number()) << j.dump();
+  // The sandbox's memory in use comes from its cgroup; without one it is null.
+  EXPECT_EQ(j["memory_bytes"].is_number(), !CgroupLimitsMissingReason()) << j.dump();
   EXPECT_EQ(Call("DELETE", "/v1/sessions/" + id).status, 204);
 }
 
@@ -344,6 +346,7 @@ TEST_F(Sessions, AnUninterruptibleCellIsKilledAndTheSessionIsGone) {
 }
 
 TEST_F(Sessions, AMemoryKillReportsStateLost) {
+  KILN_REQUIRE_CGROUP_LIMITS();
   const std::string id = NewSession({{"memory", "128m"}});
   const json r = Exec(id, "x = bytearray(512 * 1024 * 1024)");
   EXPECT_EQ(r.value("status", ""), "memory_limit") << r.dump();
@@ -430,7 +433,7 @@ TEST_F(Sessions, StreamingDeliversOutputWhileTheCellRuns) {
   const std::string id = NewSession();
   int status = 0;
   const auto events = Stream("/v1/sessions/" + id + "/execute",
-                             {{"code", "import time\nprint('first', flush=True)\ntime.sleep(1)\nprint('second')\n"
+                             {{"code", "import time\nprint('first', flush=True)\ntime.sleep(2)\nprint('second')\n"
                                        "display(3)\n1/0"}},
                              &status);
   ASSERT_EQ(status, 200);
@@ -439,8 +442,9 @@ TEST_F(Sessions, StreamingDeliversOutputWhileTheCellRuns) {
   EXPECT_EQ(events.front().data.value("text", ""), "first\n");
   const StreamedEvent& done = events.back();
   EXPECT_EQ(done.name, "done");
-  // The first event reached us before the sleep ended.
-  EXPECT_LT(events.front().at_s + 0.7, done.at_s) << "first at " << events.front().at_s << " s, done at "
+  // The first event reached us before the 2 s sleep ended (not with the
+  // rest at the end), with a second to spare for a busy host.
+  EXPECT_LT(events.front().at_s + 1.0, done.at_s) << "first at " << events.front().at_s << " s, done at "
                                                   << done.at_s << " s";
   std::vector<std::string> names;
   for (const auto& e : events) names.push_back(e.name);
@@ -454,11 +458,11 @@ TEST_F(Sessions, StreamingDeliversOutputWhileTheCellRuns) {
 TEST_F(Sessions, OneShotExecuteStreamsToo) {
   int status = 0;
   const auto events =
-      Stream("/v1/execute", {{"code", "import time\nprint('a', flush=True)\ntime.sleep(1)\nprint('b')\n42"}}, &status);
+      Stream("/v1/execute", {{"code", "import time\nprint('a', flush=True)\ntime.sleep(2)\nprint('b')\n42"}}, &status);
   ASSERT_EQ(status, 200);
   ASSERT_GE(events.size(), 3u);
   EXPECT_EQ(events.front().name, "stdout");
-  EXPECT_LT(events.front().at_s + 0.7, events.back().at_s);
+  EXPECT_LT(events.front().at_s + 1.0, events.back().at_s);  // before the 2 s sleep ended
   EXPECT_EQ(events.back().name, "done");
   EXPECT_EQ(events.back().data.value("stdout", ""), "a\nb\n");
   EXPECT_EQ(events[events.size() - 2].name, "result");
@@ -627,6 +631,12 @@ TEST_F(Sessions, OneShotResultsIncludeTheProgramsExitWork) {
 }
 
 TEST_F(Sessions, FiftyLiveSessionsStayWithinTheirMemoryLimits) {
+  KILN_REQUIRE_CGROUP_LIMITS();
+  // 50 interpreters holding 48 MiB each: about 4 GiB in all.
+  const auto available = HostMemAvailable();
+  if (available && *available < (6ULL << 30)) {
+    GTEST_SKIP() << "the host has " << (*available >> 20) << " MiB available; this test needs about 6 GiB";
+  }
   std::vector<std::string> ids;
   for (int i = 0; i < 50; ++i) {
     const std::string id = NewSession({{"memory", "96m"}});

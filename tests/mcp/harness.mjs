@@ -18,14 +18,40 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 export const KILN = process.env.KILN_BIN;
 if (!KILN) throw new Error('KILN_BIN is not set (ctest sets it to the kiln binary)');
 
-// Why kiln cannot run sandboxes here (kiln doctor: user namespaces missing),
-// or null. A broken doctor throws: it must fail the test, not skip it.
+// Why kiln cannot run sandboxes here, or null: kiln doctor says user
+// namespaces or Landlock (which kiln's default policy requires) are missing,
+// or, as root, cgroups (required there). A broken doctor throws: it must fail
+// the test, not skip it. (The gtest tiers cross-check each of these verdicts
+// with their own probe of the host, tests/testlib/host_facts.h.)
 export function sandboxMissing() {
   const out = execFileSync(KILN, ['doctor', '--json', '--no-smoke'], { timeout: 60000 }).toString();
   const layers = JSON.parse(out).layers;
-  const userns = layers.find((l) => l.name === 'user namespace');
-  if (!userns) throw new Error('kiln doctor lists no "user namespace" layer');
-  return userns.state === 'missing' ? `user namespaces are missing on this host: ${userns.detail}` : null;
+  const missing = [];
+  for (const name of ['user namespace', 'landlock', 'cgroup']) {
+    const layer = layers.find((l) => l.name === name);
+    if (!layer) throw new Error(`kiln doctor lists no "${name}" layer`);
+    if (layer.state === 'missing' && layer.required) missing.push(`${name}: ${layer.detail}`);
+  }
+  return missing.length ? `kiln doctor: missing on this host: ${missing.join('; ')}` : null;
+}
+
+// The interpreter kiln's profiles run (kiln.toml), probed bare on the host.
+const HOST_PYTHON = '/usr/bin/python3';
+
+// A skip reason when HOST_PYTHON cannot import one of `modules`, else false
+// (for node:test's { skip }).
+export function pythonLacks(...modules) {
+  const missing = modules.filter((m) => {
+    try {
+      execFileSync(HOST_PYTHON, ['-I', '-c', `import ${m}`], { stdio: 'ignore', timeout: 120000 });
+      return false;
+    } catch {
+      return true;
+    }
+  });
+  if (!missing.length) return false;
+  const packages = missing.map((m) => `python3-${m === 'PIL' ? 'pil' : m}`).join(' ');
+  return `${HOST_PYTHON} cannot import ${missing.join(', ')} on this host (Debian: ${packages}, which \`make deps\` installs)`;
 }
 
 // Starts `kiln serve`; resolves to {url, port, key, dataDir, createKey(tenant), stderr(), stop()}.

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 
-import { connect, startServer, textOf } from './harness.mjs';
+import { connect, pythonLacks, startServer, textOf } from './harness.mjs';
 
 const kind = process.env.KILN_MCP_TRANSPORT;
 let server = null;
@@ -65,7 +65,7 @@ test('run_python keeps state between two calls', async () => {
   assert.equal(second.structuredContent.outputs.at(-1).output_type, 'execute_result');
 });
 
-test('a matplotlib figure comes back as a PNG image block', async () => {
+test('a matplotlib figure comes back as a PNG image block', { skip: pythonLacks('matplotlib') }, async () => {
   const r = await run('import matplotlib.pyplot as plt\nplt.plot([1, 4, 9])\nplt.title("squares")');
   assert.equal(r.isError, false, textOf(r) + logs());
   const images = r.content.filter((c) => c.type === 'image');
@@ -99,7 +99,7 @@ test('progress notifications arrive while a cell prints', async () => {
   for (let i = 1; i < progress.length; ++i) assert.ok(progress[i].progress > progress[i - 1].progress);
 });
 
-test('files: upload, list, read from Python, download', async () => {
+test('files: upload, list, read from Python, download', { skip: pythonLacks('pandas') }, async () => {
   const csv = 'a,b\n1,2\n3,4\n';
   const up = await client.callTool({
     name: 'upload_file',

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -14,6 +15,8 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+
+#include "testlib/host_facts.h"
 
 extern char** environ;
 
@@ -264,9 +267,20 @@ namespace {
 struct DoctorVerdict {
   bool broken = false;
   std::string problem;  // when broken
-  std::optional<std::string> missing;
+  std::optional<std::string> missing;    // the sandbox cannot run here at all
+  std::optional<std::string> no_cgroup;  // it runs, without cgroup limits
 };
 
+const nlohmann::json* Layer(const nlohmann::json& layers, const std::string& name) {
+  for (const auto& layer : layers) {
+    if (layer.value("name", "") == name) return &layer;
+  }
+  return nullptr;
+}
+
+// What doctor says of the layers a `kiln run` depends on, each cross-checked
+// with the tests' own probe of the host (host_facts.h): doctor saying a layer
+// is missing that the host has is a broken kiln, never a skip.
 DoctorVerdict AskDoctor() {
   DoctorVerdict v;
   ProcessOptions o;
@@ -279,16 +293,60 @@ DoctorVerdict AskDoctor() {
                 std::to_string(r.exit_code) + "): " + r.out.substr(0, 500) + r.err.substr(0, 500);
     return v;
   }
-  for (const auto& layer : j["layers"]) {
-    if (layer.value("name", "") != "user namespace") continue;
-    if (layer.value("state", "") == "missing") {
-      v.missing = "kiln doctor: user namespaces are missing on this host: " +
-                  layer.value("detail", std::string());
+  const nlohmann::json& layers = j["layers"];
+  std::string missing;
+  auto add_missing = [&](const std::string& why) { missing += (missing.empty() ? "" : "; ") + why; };
+  auto contradicts = [&](const std::string& what, const std::string& host) {
+    v.broken = true;
+    v.problem += (v.problem.empty() ? "" : "\n") + std::string("kiln doctor: ") + what +
+                 ", but the host has it: " + host;
+  };
+  for (const char* name : {"user namespace", "landlock", "cgroup"}) {
+    if (Layer(layers, name) == nullptr) {
+      v.broken = true;
+      v.problem += std::string(v.problem.empty() ? "" : "\n") +
+                   "`kiln doctor --json --no-smoke` lists no \"" + name + "\" layer";
     }
-    return v;
   }
-  v.broken = true;
-  v.problem = "`kiln doctor --json --no-smoke` lists no \"user namespace\" layer";
+  if (v.broken) return v;
+
+  const nlohmann::json& userns = *Layer(layers, "user namespace");
+  if (userns.value("state", "") == "missing") {
+    const std::string what = "user namespaces are missing (" + userns.value("detail", std::string()) + ")";
+    if (HostUserNamespaces().present) {
+      contradicts(what, HostUserNamespaces().detail);
+    } else {
+      add_missing("kiln doctor: " + what);
+    }
+  }
+  // kiln's default policy requires Landlock: without it every run is refused.
+  const nlohmann::json& landlock = *Layer(layers, "landlock");
+  if (landlock.value("state", "") == "missing") {
+    const std::string what = "Landlock is missing (" + landlock.value("detail", std::string()) + ")";
+    if (HostLandlock().abi > 0) {
+      contradicts(what, HostLandlock().detail);
+    } else {
+      add_missing("kiln doctor: " + what + "; kiln's default policy requires it");
+    }
+  }
+  // Required (and so "missing" rather than "degraded") when kiln runs as
+  // root, which must then use whatever cgroups the host gives it. An
+  // unprivileged kiln uses them on a best-effort basis (a delegated v2
+  // subtree may or may not be usable): its verdict is taken as it is.
+  const nlohmann::json& cgroup = *Layer(layers, "cgroup");
+  if (cgroup.value("state", "") != "available") {
+    const std::string what = "no cgroup limits (" + cgroup.value("detail", std::string()) + ")";
+    if (HostIsRoot() && HostCgroupControllers().present) {
+      contradicts(what, HostCgroupControllers().detail);
+    } else {
+      v.no_cgroup = "kiln doctor: " + what + (HostIsRoot() ? "; the host probe agrees: " : "; host probe: ") +
+                    HostCgroupControllers().detail;
+      if (cgroup.value("state", "") == "missing" && cgroup.value("required", false)) {
+        add_missing("kiln runs as root here, where cgroup limits are required, and " + *v.no_cgroup);
+      }
+    }
+  }
+  if (!missing.empty()) v.missing = missing;
   return v;
 }
 
@@ -309,6 +367,25 @@ void RequireSandbox() {
   const DoctorVerdict& v = CachedDoctor();
   if (v.broken) GTEST_FAIL() << v.problem;
   if (v.missing) GTEST_SKIP() << *v.missing;
+  // The pool-path variants (KILN_TEST_RUN_ARGS=--pool): the warm pool gives
+  // each sandbox its own host uid and cgroup, so it needs both.
+  const char* run_args = std::getenv("KILN_TEST_RUN_ARGS");
+  if (run_args != nullptr && std::string(run_args).find("--pool") != std::string::npos) {
+    if (!HostIsRoot()) GTEST_SKIP() << "the pool path (--pool) needs root: each pooled sandbox gets its own host uid";
+    if (v.no_cgroup) GTEST_SKIP() << "the pool path (--pool) needs cgroups: " << *v.no_cgroup;
+  }
+}
+
+std::optional<std::string> CgroupLimitsMissingReason() {
+  const DoctorVerdict& v = CachedDoctor();
+  if (v.broken) ADD_FAILURE() << v.problem;
+  return v.no_cgroup;
+}
+
+void RequireCgroupLimits() {
+  const DoctorVerdict& v = CachedDoctor();
+  if (v.broken) GTEST_FAIL() << v.problem;
+  if (v.no_cgroup) GTEST_SKIP() << "this test reads what only cgroups give (OOM kills, pids, usage): " << *v.no_cgroup;
 }
 
 std::string UniqueMarker(const std::string& prefix) {
@@ -319,15 +396,23 @@ std::string UniqueMarker(const std::string& prefix) {
 }
 
 std::vector<pid_t> PgrepF(const std::string& marker) {
-  const ProcessResult r = RunProcess({"/usr/bin/pgrep", "-f", "--", marker});
-  // pgrep: 0 = matches, 1 = none; anything else is a broken check.
-  EXPECT_TRUE(r.exit_code == 0 || r.exit_code == 1)
-      << "pgrep failed: exit " << r.exit_code << " " << r.err;
+  // What `pgrep -f` does, without needing procps on the host: every process
+  // whose command line (arguments joined by spaces) contains `marker`.
   std::vector<pid_t> pids;
-  for (const auto& line : Lines(r.out)) {
-    const pid_t p = static_cast<pid_t>(std::atoi(line.c_str()));
-    if (p > 0 && p != ::getpid()) pids.push_back(p);
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::optional<std::string> cmdline = ReadFile("/proc/" + name + "/cmdline");
+    if (!cmdline || cmdline->empty()) continue;  // gone, or a kernel thread or zombie
+    for (char& c : *cmdline) {
+      if (c == '\0') c = ' ';
+    }
+    const pid_t p = static_cast<pid_t>(std::atoi(name.c_str()));
+    if (cmdline->find(marker) != std::string::npos && p != ::getpid()) pids.push_back(p);
   }
+  EXPECT_FALSE(ec) << "cannot list /proc: " << ec.message();
+  std::sort(pids.begin(), pids.end());
   return pids;
 }
 

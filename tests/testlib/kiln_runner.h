@@ -99,18 +99,39 @@ JsonRun RunProbe(const std::string& code, const std::vector<std::string>& extra_
                  const ProcessOptions& options = {});
 
 // Why the sandbox cannot run on this host, from `kiln doctor --json
-// --no-smoke` (cached per process): the user namespace layer is missing.
-// nullopt when it can. Fails the test (never skips) when doctor itself is
-// broken, so a broken kiln cannot turn the whole tier into skips.
+// --no-smoke` (cached per process): user namespaces or Landlock (which kiln's
+// default policy requires) are missing, or kiln runs as root (where cgroup
+// limits are required) and there are no cgroups. nullopt when it can. Each
+// such verdict is cross-checked with the tests' own probe of the host
+// (host_facts.h). Fails the test (never skips) when doctor itself is broken
+// or contradicts the host probe, so a broken kiln cannot turn the whole tier
+// into skips.
 std::optional<std::string> SandboxMissingReason();
 
-// GTEST_SKIP()s the current test when SandboxMissingReason() says so. Call it
-// from a fixture's SetUp() (gtest then skips the body), or use
-// KILN_REQUIRE_SANDBOX() at the top of a test body.
+// GTEST_SKIP()s the current test when SandboxMissingReason() says so, and, on
+// the pool path (KILN_TEST_RUN_ARGS=--pool), when kiln is not root or has no
+// cgroups (the warm pool needs both). Call it from a fixture's SetUp() (gtest
+// then skips the body), or use KILN_REQUIRE_SANDBOX() at the top of a test
+// body.
 void RequireSandbox();
 #define KILN_REQUIRE_SANDBOX()                         \
   do {                                                 \
     ::kiln::testing::RequireSandbox();                 \
+    if (::testing::Test::IsSkipped() ||                \
+        ::testing::Test::HasFatalFailure()) return;    \
+  } while (0)
+
+// Why kiln has no cgroup limits here (it runs with its rlimit fallback, as
+// an unprivileged user may): doctor's "cgroup" layer is not available and the
+// host probe agrees. nullopt when kiln has them.
+std::optional<std::string> CgroupLimitsMissingReason();
+// GTEST_SKIP()s a test that checks what only cgroups give (an OOM kill and
+// status memory_limit, the pids controller, cgroup directories) when
+// CgroupLimitsMissingReason() says so.
+void RequireCgroupLimits();
+#define KILN_REQUIRE_CGROUP_LIMITS()                   \
+  do {                                                 \
+    ::kiln::testing::RequireCgroupLimits();            \
     if (::testing::Test::IsSkipped() ||                \
         ::testing::Test::HasFatalFailure()) return;    \
   } while (0)
@@ -126,7 +147,7 @@ class SandboxTest : public ::testing::Test {
 std::string UniqueMarker(const std::string& prefix);
 
 // pids (other than our own) whose /proc/PID/cmdline contains `marker`, as
-// `pgrep -f` reports them.
+// `pgrep -f` reports them (read from /proc directly: procps may be missing).
 std::vector<pid_t> PgrepF(const std::string& marker);
 
 // Splits on '\n', dropping one trailing empty line.

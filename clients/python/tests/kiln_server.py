@@ -3,6 +3,7 @@ data directory; stops it with SIGTERM."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -17,12 +18,54 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..")
 LISTENING = re.compile(r"kiln: listening on (http://[0-9.]+:\d+)")
 
 
+# The interpreter kiln's profiles run (kiln.toml), probed bare on the host.
+HOST_PYTHON = "/usr/bin/python3"
+
+
 def find_kiln() -> str:
-    """$KILN_BIN, else build/kiln; raises unittest.SkipTest if neither exists."""
+    """$KILN_BIN, else build/kiln; raises unittest.SkipTest if neither exists, or
+    if `kiln doctor` says this host cannot run its sandboxes."""
     path = os.environ.get("KILN_BIN") or os.path.join(REPO, "build", "kiln")
     if not os.access(path, os.X_OK):
         raise unittest.SkipTest(f"no kiln binary: set $KILN_BIN or build {path}")
+    why = sandbox_missing(path)
+    if why:
+        raise unittest.SkipTest(why)
     return path
+
+
+def sandbox_missing(kiln: str) -> str | None:
+    """Why kiln cannot run sandboxes on this host, from `kiln doctor --json --no-smoke`:
+    user namespaces or Landlock (required by kiln's default policy) missing, or, as
+    root, no cgroups (required there). A doctor that gives no usable answer raises:
+    it must fail the tests, never skip them. (The gtest tiers cross-check each of
+    these verdicts with their own probe of the host, tests/testlib/host_facts.h.)"""
+    out = subprocess.run([kiln, "doctor", "--json", "--no-smoke"], capture_output=True, text=True,
+                         timeout=60).stdout
+    layers = {layer["name"]: layer for layer in json.loads(out)["layers"]}
+    missing = []
+    for name in ("user namespace", "landlock", "cgroup"):
+        layer = layers[name]  # a KeyError is a broken doctor
+        if layer["state"] == "missing" and layer["required"]:
+            missing.append(f"{name}: {layer['detail']}")
+    return "kiln doctor: missing on this host: " + "; ".join(missing) if missing else None
+
+
+_importable: dict[str, bool] = {}
+
+
+def require_modules(*names: str) -> None:
+    """unittest.SkipTest, naming the Debian packages, when the host's /usr/bin/python3
+    (which the sandbox runs) cannot import one of `names`."""
+    for name in names:
+        if name not in _importable:
+            _importable[name] = subprocess.run([HOST_PYTHON, "-I", "-c", "import " + name],
+                                               capture_output=True, timeout=120).returncode == 0
+    missing = [n for n in names if not _importable[n]]
+    if missing:
+        packages = " ".join("python3-" + ("pil" if n == "PIL" else n) for n in missing)
+        raise unittest.SkipTest(f"{HOST_PYTHON} cannot import {', '.join(missing)} on this host "
+                                f"(Debian: {packages}, which `make deps` installs)")
 
 
 class KilnServer:

@@ -13,7 +13,7 @@ import unittest  # noqa: E402
 
 from kiln_client import PNG_SIGNATURE, ExecutionResult, KilnClient, KilnError
 
-from kiln_server import KilnServer, find_kiln
+from kiln_server import KilnServer, find_kiln, require_modules
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
 
@@ -71,6 +71,7 @@ class ClientAgainstServer(unittest.TestCase):
         self.assertEqual(text.count("ZeroDivisionError: division by zero"), 1, text)
 
     def test_matplotlib_plot_is_one_png(self):
+        require_modules("matplotlib")
         r = self.client.execute("import matplotlib.pyplot as plt\n"
                                 "plt.plot([1, 2, 3], [1, 4, 9])\n"
                                 "plt.show()\n")
@@ -120,6 +121,7 @@ class ClientAgainstServer(unittest.TestCase):
         self.assertIn("task_id", body)
 
     def test_langchain_style_tool(self):
+        require_modules("numpy")
         mod = load_example("langchain_tool")
         tool = mod.PythonSandboxTool(self.client)
         self.assertEqual(tool.name, "python_sandbox")

@@ -11,6 +11,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import base64
 import http.server
 import json
+import socket
 import threading
 import unittest
 
@@ -120,9 +121,13 @@ class Offline(unittest.TestCase):
         self.assertEqual(Stub.seen[0][1]["X-Api-Key"], "k")
 
     def test_connection_refused(self):
-        c = KilnClient("http://127.0.0.1:9", api_key="k", timeout=5)
-        with self.assertRaises(KilnConnectionError) as cm:
-            c.health()
+        # A port of ours, bound but not listening: refused on any host (a
+        # fixed one, such as 9, may be served somewhere).
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as closed:
+            closed.bind(("127.0.0.1", 0))
+            c = KilnClient("http://127.0.0.1:%d" % closed.getsockname()[1], api_key="k", timeout=5)
+            with self.assertRaises(KilnConnectionError) as cm:
+                c.health()
         self.assertIsNone(cm.exception.status_code)
 
     def test_result_helpers(self):

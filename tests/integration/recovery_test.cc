@@ -1,0 +1,253 @@
+// Integration tier: every kind of kiln process can die under load and the
+// node recovers by itself. The outside review killed the spawner (the
+// server's one child) under load: every later request got 500 "hand the job
+// to the spawner" while /readyz kept answering 200. Now a dead spawner is
+// started again with backoff; meanwhile requests get 503 with Retry-After,
+// /readyz answers 503, and nothing answers 500 or hangs.
+//
+// Killed here, one after the other, each by its pid (they are all this
+// test's own descendants): the spawner, the pool process, a zygote, a
+// session's supervisor, and pid 1 of a running sandbox.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <future>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "testlib/http_client.h"
+#include "testlib/kiln_runner.h"
+#include "testlib/kiln_server.h"
+#include "testlib/procs.h"
+
+namespace kiln::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+using kiln_server_detail::Parse;
+using kiln_server_detail::Trim;
+using kiln_server_detail::WaitFor;
+
+std::vector<ProcInfo> ChildrenOf(pid_t parent) { return ChildProcs(parent); }
+
+std::optional<pid_t> ChildNamed(pid_t parent, const std::string& comm) {
+  const auto kids = ChildProcs(parent, comm);
+  if (kids.empty()) return std::nullopt;
+  return kids.front().pid;
+}
+
+// Two clients sending print(1) back to back, recording every answer.
+class Load {
+ public:
+  Load(const KilnServer& server, std::string key) : server_(server), key_(std::move(key)) {
+    for (int i = 0; i < 2; ++i) threads_.emplace_back([this] { Loop(); });
+  }
+  ~Load() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+  std::map<int, int> statuses() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return statuses_;
+  }
+  std::vector<std::string> problems() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return problems_;
+  }
+
+ private:
+  void Loop() {
+    while (!stop_) {
+      const HttpResponse r = server_.Execute(key_, {{"code", "print(1)"}}, 60s);
+      std::lock_guard<std::mutex> lock(mu_);
+      ++statuses_[r.status];
+      if (r.status == 200) {
+        if (Parse(r).value("stdout", "") != "1\n") problems_.push_back("200 without its output: " + r.Describe());
+      } else if (r.status == 503) {
+        if (!r.Header("Retry-After")) problems_.push_back("503 without Retry-After: " + r.Describe());
+      } else {
+        problems_.push_back(r.Describe());  // 500, or no answer in 60 s
+      }
+    }
+  }
+
+  const KilnServer& server_;
+  std::string key_;
+  std::atomic<bool> stop_{false};
+  std::mutex mu_;
+  std::map<int, int> statuses_;
+  std::vector<std::string> problems_;
+  std::vector<std::thread> threads_;
+};
+
+class Recovery : public SandboxTest {
+ protected:
+  void SetUp() override {
+    SandboxTest::SetUp();
+    if (IsSkipped()) return;
+    WriteFile(dir_.path() + "/kiln.toml", R"TOML(
+[server]
+concurrency = 2
+queue = 16
+[tenants.default]
+rate = 100000
+burst = 100000
+max_concurrent = 8
+[pool]
+max = 2
+preload = ["numpy"]
+[profiles.default]
+interpreter = "/usr/bin/python3"
+[profiles.default.defaults]
+timeout = 30
+memory = "256m"
+)TOML");
+    ASSERT_TRUE(server_.Start(dir_.path() + "/data", dir_.path() + "/kiln.toml", "recovery", &why_)) << why_;
+    key_ = Trim(server_.Stdout());
+  }
+  // Within 60 s: /readyz is 200 and an execution runs.
+  ::testing::AssertionResult Recovered() {
+    const bool ok = WaitFor(
+        [&] {
+          if (server_.Get("/readyz", 5s).status != 200) return false;
+          const HttpResponse r = server_.Execute(key_, {{"code", "print('back')"}}, 30s);
+          return r.status == 200 && Parse(r).value("stdout", "") == "back\n";
+        },
+        60s);
+    if (ok) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "not recovered within 60 s; server log:\n"
+                                         << server_.Stderr().substr(0, 6000);
+  }
+  HttpResponse Post(const std::string& path, const json& body) {
+    return server_.Call("POST", path, {{"Authorization", "Bearer " + key_}}, body.dump(), 60s);
+  }
+  pid_t Spawner() { return ChildNamed(server_.pid(), "kiln-spawner").value_or(-1); }
+
+  TempDir dir_;
+  KilnServer server_;
+  std::string key_, why_;
+};
+
+TEST_F(Recovery, EveryKindOfProcessKilledUnderLoad) {
+  Load load(server_, key_);
+  std::this_thread::sleep_for(1s);
+
+  // 1. The spawner.
+  const pid_t spawner = Spawner();
+  ASSERT_GT(spawner, 0);
+  ASSERT_EQ(::kill(spawner, SIGKILL), 0);
+  EXPECT_TRUE(Recovered());
+  const pid_t spawner2 = Spawner();
+  EXPECT_GT(spawner2, 0);
+  EXPECT_NE(spawner2, spawner);
+  EXPECT_NE(server_.Stderr().find("restarting"), std::string::npos);
+
+  const bool pool = ::geteuid() == 0 && !CgroupLimitsMissingReason().has_value();
+  if (pool) {
+    // 2. The pool process.
+    auto pool_pid = ChildNamed(spawner2, "kiln-pool");
+    const bool pool_up = WaitFor([&] { return (pool_pid = ChildNamed(spawner2, "kiln-pool")).has_value(); }, 30s);
+    ASSERT_TRUE(pool_up) << "no kiln-pool under the spawner";
+    ASSERT_EQ(::kill(*pool_pid, SIGKILL), 0);
+    EXPECT_TRUE(Recovered());
+    // 3. A zygote (its sandbox's pid 1, a child of the new pool process).
+    std::optional<pid_t> zygote;
+    const bool zygote_up = WaitFor(
+        [&] {
+          auto p = ChildNamed(spawner2, "kiln-pool");
+          if (!p) return false;
+          auto kids = ChildrenOf(*p);
+          if (kids.empty()) return false;
+          zygote = kids[0].pid;
+          return true;
+        },
+        30s);
+    ASSERT_TRUE(zygote_up) << "no zygote under the pool process";
+    ASSERT_EQ(::kill(*zygote, SIGKILL), 0);
+    EXPECT_TRUE(Recovered());
+  }
+
+  // 4. A session's supervisor: that session is gone (410), nothing else.
+  const HttpResponse created = Post("/v1/sessions", json::object());
+  ASSERT_EQ(created.status, 201) << created.Describe();
+  const std::string id = Parse(created).value("id", "");
+  ASSERT_EQ(Post("/v1/sessions/" + id + "/execute", {{"code", "x = 1"}}).status, 200);
+  // The session's supervisor is the one still there 2 s later (the load's
+  // one-shots take milliseconds each).
+  auto supervisors = [&] {
+    std::vector<pid_t> out;
+    for (const auto& p : ChildrenOf(Spawner())) {
+      if (p.comm == "kiln-supervise") out.push_back(p.pid);
+    }
+    return out;
+  };
+  const auto before = supervisors();
+  std::this_thread::sleep_for(2s);
+  std::optional<pid_t> session_supervisor;
+  for (pid_t p : supervisors()) {
+    if (std::find(before.begin(), before.end(), p) != before.end()) session_supervisor = p;
+  }
+  ASSERT_TRUE(session_supervisor.has_value()) << "no long-lived supervisor";
+  ASSERT_EQ(::kill(*session_supervisor, SIGKILL), 0);
+  EXPECT_TRUE(Recovered());
+  const HttpResponse after = Post("/v1/sessions/" + id + "/execute", {{"code", "x"}});
+  EXPECT_EQ(after.status, 410) << after.Describe();
+
+  // The load's verdict: only answers, 200 or 503 with Retry-After.
+  load.Stop();
+  const auto statuses = load.statuses();
+  std::string all;
+  for (const auto& p : load.problems()) all += p + "\n";
+  EXPECT_TRUE(load.problems().empty()) << all;
+  EXPECT_GT(statuses.count(200) ? statuses.at(200) : 0, 0);
+  for (const auto& [status, n] : statuses) std::cout << "load: status " << status << ": " << n << "\n";
+
+  // 5. Pid 1 of a running sandbox (the only one now): its execution answers
+  // with a status, not a 5xx.
+  auto sleeper = std::async(std::launch::async, [this] {
+    return Post("/v1/execute", {{"code", "import time; print('up', flush=True); time.sleep(10)"}, {"memory", "128m"}});
+  });
+  std::optional<pid_t> init;
+  const bool running = WaitFor(
+      [&] {
+        for (const auto& sup : ChildrenOf(Spawner())) {
+          if (sup.comm != "kiln-supervise") continue;
+          // pid 1 is the supervisor's child that has a child (the worker);
+          // a cgroup v1 warm-up helper has none.
+          for (const auto& kid : ChildrenOf(sup.pid)) {
+            if (ChildrenOf(kid.pid).empty()) continue;
+            init = kid.pid;
+            return true;
+          }
+        }
+        return false;
+      },
+      20s);
+  ASSERT_TRUE(running) << "no sandbox pid 1 under a supervisor";
+  ASSERT_EQ(::kill(*init, SIGKILL), 0);
+  const HttpResponse killed = sleeper.get();
+  EXPECT_EQ(killed.status, 200) << killed.Describe();
+  EXPECT_NE(Parse(killed).value("status", "ok"), "ok") << killed.Describe();
+  EXPECT_TRUE(Recovered());
+}
+
+}  // namespace
+}  // namespace kiln::testing

@@ -16,7 +16,14 @@ PYTHON_PKGS := python3 python3-numpy python3-pandas python3-matplotlib python3-s
 TEST_PKGS := bubblewrap procps curl wrk
 DEPS := $(BUILD_PKGS) $(PYTHON_PKGS) $(TEST_PKGS)
 
-.PHONY: all deps build test test-unit test-integration test-escape serve doctor bench bench-pool asan clean
+# Fuzzing (fuzz/README.md): Debian's clang and libFuzzer, in a build of their own.
+FUZZ_PKGS := clang-16 libfuzzer-16-dev
+FUZZ_DIR := build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= json_depth frame cell_outputs setup_record pool_handoff job_request http_request \
+  workspace_path mcp_engine config
+
+.PHONY: all deps build test test-unit test-integration test-escape serve doctor bench bench-pool asan fuzz clean
 
 all: build
 
@@ -64,5 +71,26 @@ asan: deps
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ctest --output-on-failure -L unit
 
+# Each fuzzer for FUZZ_SECONDS (ASan + UBSan), on a working copy of its
+# corpus: new inputs go to $(FUZZ_DIR)/corpus/NAME, crashes to
+# $(FUZZ_DIR)/artifacts/NAME; fuzz/corpus is only read. `make test` replays
+# the committed corpora without clang (ctest -L fuzz).
+fuzz: deps
+	@$(MAKE) --no-print-directory deps DEPS="$(FUZZ_PKGS)"
+	cmake --preset fuzz >/dev/null
+	cmake --build $(FUZZ_DIR) -j $(JOBS) --target fuzzers
+	@failed=""; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_DIR)/corpus/$$t $(FUZZ_DIR)/artifacts/$$t; \
+	  echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
+	  dict=; [ -f fuzz/$$t.dict ] && dict=-dict=fuzz/$$t.dict; \
+	  ./$(FUZZ_DIR)/fuzz/$${t}_fuzzer -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 $$dict \
+	    -artifact_prefix=$(FUZZ_DIR)/artifacts/$$t/ $(FUZZ_DIR)/corpus/$$t fuzz/corpus/$$t \
+	    2>$(FUZZ_DIR)/artifacts/$$t.log || failed="$$failed $$t"; \
+	  grep -E '^(stat::number_of_executed_units|stat::new_units_added)' $(FUZZ_DIR)/artifacts/$$t.log; \
+	done; \
+	if [ -n "$$failed" ]; then \
+	  echo "fuzz: FAILED:$$failed (logs and inputs in $(FUZZ_DIR)/artifacts)"; exit 1; \
+	fi; echo "fuzz: no crash in $(FUZZ_TARGETS)"
+
 clean:
-	rm -rf $(BUILD_DIR) build-asan build-debug
+	rm -rf $(BUILD_DIR) build-asan build-debug $(FUZZ_DIR)

@@ -6,7 +6,8 @@ target_compile_options(kiln_flags INTERFACE
   -Wdouble-promotion -Wformat=2 -Wimplicit-fallthrough
   -Wswitch-enum -Wno-error=switch-enum
   # GCC 12 reports false -Wrestrict positives inside std::string operator+ (GCC PR 105329).
-  -Wno-restrict
+  # (clang has no -Wrestrict and refuses the option: the fuzz build.)
+  $<$<CXX_COMPILER_ID:GNU>:-Wno-restrict>
   -fstack-protector-strong -fPIE -D_FORTIFY_SOURCE=2 -D_GNU_SOURCE)
 # Not -static-libstdc++: prometheus-cpp (shared only on Debian) brings the
 # shared libstdc++, and two copies of it in one process must not meet.
@@ -15,6 +16,19 @@ target_link_options(kiln_flags INTERFACE -pie -Wl,-z,relro,-z,now,-z,noexecstack
 option(KILN_SANITIZE "Build with AddressSanitizer and UBSan" OFF)
 if(KILN_SANITIZE)
   target_compile_options(kiln_flags INTERFACE -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  target_link_options(kiln_flags INTERFACE -fsanitize=address,undefined)
+endif()
+
+# libFuzzer targets (fuzz/README.md, `make fuzz`): clang only. Every kiln
+# library gets the fuzzer's coverage instrumentation and ASan + UBSan; the
+# fuzz/ executables then link libFuzzer itself (-fsanitize=fuzzer).
+option(KILN_FUZZ "Build the libFuzzer targets of fuzz/ (clang), with ASan and UBSan" OFF)
+if(KILN_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "KILN_FUZZ needs clang (libFuzzer): -DCMAKE_CXX_COMPILER=clang++-16, or `make fuzz`")
+  endif()
+  target_compile_options(kiln_flags INTERFACE -fsanitize=fuzzer-no-link,address,undefined
+    -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
   target_link_options(kiln_flags INTERFACE -fsanitize=address,undefined)
 endif()
 

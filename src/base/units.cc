@@ -77,7 +77,11 @@ Result<double> ParseSeconds(std::string_view text) {
     return InvalidArgument("duration " + quoted + " is not a number of seconds");
   }
   if (number <= 0) return InvalidArgument("duration " + quoted + " must be positive");
-  return number * mult;
+  // The unit can take a finite number past the doubles ("1e308m") or to 0.
+  const double seconds = number * mult;
+  if (!std::isfinite(seconds)) return InvalidArgument("duration " + quoted + " is too large");
+  if (seconds <= 0) return InvalidArgument("duration " + quoted + " must be positive");
+  return seconds;
 }
 
 std::string FormatSize(uint64_t bytes) {

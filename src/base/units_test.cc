@@ -36,7 +36,7 @@ TEST(ParseSeconds, Units) {
   EXPECT_DOUBLE_EQ(*ParseSeconds("1.5s"), 1.5);
   EXPECT_DOUBLE_EQ(*ParseSeconds("250ms"), 0.25);
   EXPECT_DOUBLE_EQ(*ParseSeconds("2m"), 120.0);
-  for (const char* bad : {"", "0", "-3", "abc", "5h", "nan", "inf"}) {
+  for (const char* bad : {"", "0", "-3", "abc", "5h", "nan", "inf", "1e308m", "4e-324ms"}) {
     EXPECT_FALSE(ParseSeconds(bad).ok()) << bad;
   }
 }

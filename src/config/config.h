@@ -104,6 +104,12 @@ struct Config {
   const TenantConfig& Tenant(const std::string& name) const;
 };
 
+// The longest duration kiln.toml may give (about 31 years: any longer means
+// "never"). Durations become std::chrono nanoseconds and int64 milliseconds
+// in the server, the sessions and the pool; this keeps them representable,
+// with room to add to now().
+inline constexpr double kMaxSeconds = 1e9;
+
 // Parses TOML text; `source` names it in errors ("kiln.toml:12: ...").
 Result<Config> ParseConfig(std::string_view text, std::string source);
 Result<Config> LoadConfigFile(const std::string& path);

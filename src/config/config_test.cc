@@ -173,5 +173,43 @@ pool = false
   }
 }
 
+// Durations past what the clocks they become hold used to be accepted (found
+// by fuzz/config_fuzzer.cc).
+TEST(Config, DurationsAreFiniteAndBounded) {
+  struct Case {
+    const char* toml;
+    const char* key;
+  } cases[] = {
+      {"[server]\nqueue_timeout = inf\n[profiles.default]\n", "server.queue_timeout"},
+      {"[server]\nsession_idle_ttl = \"1e308m\"\n[profiles.default]\n", "server.session_idle_ttl"},
+      {"[server]\nclient_timeout = 2e9\n[profiles.default]\n", "server.client_timeout"},
+      {"[profiles.default.max]\ntimeout = 1e300\n", "profiles.default.max.timeout"},
+  };
+  for (const auto& c : cases) {
+    auto r = ParseConfig(c.toml, "t.toml");
+    ASSERT_FALSE(r.ok()) << c.toml;
+    EXPECT_NE(r.error().message.find(c.key), std::string::npos) << r.error().message;
+  }
+  EXPECT_TRUE(ParseConfig("[server]\nsession_max_lifetime = 1e9\n[profiles.default]\n", "t.toml").ok());
+}
+
+// toml++ 3.3.0 aborted (an assertion) or reached __builtin_unreachable() on
+// these; they are parse errors (found by fuzz/config_fuzzer.cc).
+TEST(Config, MalformedTextIsAnErrorNeverACrash) {
+  for (const std::string& bad : {std::string("[\t\0", 3), std::string("[[[1]]]"), std::string("\xC3\xA9 = 1\n"),
+                                std::string("[caf\xC3\xA9]\n"), std::string("a = 1\"\xC2\xA7\"\n")}) {
+    auto r = ParseConfig(bad, "t.toml");
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_EQ(r.error().message.rfind("t.toml:1", 0), 0u) << r.error().message;
+    }
+  }
+  // Outside ASCII inside strings and comments is fine.
+  EXPECT_TRUE(ParseConfig("# caf\xC3\xA9\n[server]\nmcp_allowed_origins = [\"https://caf\xC3\xA9.example\"]\n"
+                          "[profiles.default]\n",
+                          "t.toml")
+                  .ok());
+}
+
 }  // namespace
 }  // namespace kiln::config

@@ -74,6 +74,14 @@ TEST(Frame, ParseRejectsGarbage) {
   EXPECT_FALSE(ParseFrame(std::string("{\"type\":\"a\"}\0{\"type\":\"b\"}", 25)).ok());
 }
 
+// nlohmann stops reading at a NUL byte: "{...}\0junk" parsed as "{...}"
+// (found by fuzz/frame_fuzzer.cc). A raw NUL is not JSON: the frame is refused.
+TEST(Frame, NulByteIsNotJson) {
+  EXPECT_FALSE(ParseFrame(std::string("{\"type\":\"a\"}") + '\0' + "{\"type\":\"b\"").ok());
+  EXPECT_FALSE(ParseFrame(std::string("{\"type\":\"a\"}") + '\0').ok());
+  EXPECT_TRUE(ParseFrame("{\"type\":\"a\",\"s\":\"\\u0000\"}").ok());  // an escaped NUL is fine
+}
+
 // A display_data frame whose metadata nests 60,000 deep used to crash the
 // supervisor (copying it recursed once per level): refused, unparsed.
 TEST(Frame, DeepNestingIsRefusedBeforeParsing) {

@@ -38,6 +38,14 @@ std::string LastLine(const std::string& text, size_t max) {
   return line;
 }
 
+// Whether a cell's result says its interpreter was lost. Any type may come
+// back from a server: json::value("session_state", "kept") threw on a number
+// and ended the MCP server (found by fuzz/mcp_engine_fuzzer.cc).
+bool Lost(const json& result) {
+  const auto it = result.find("session_state");
+  return it != result.end() && *it == "lost";
+}
+
 std::string Seconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f", s);
@@ -510,7 +518,7 @@ json Engine::RunPython(Call& call, const RunArgs& args, const json& progress_tok
     monitor.join();
     if (call.cancelled) {
       if (state.killed || (!result.ok() && result.error().code == Code::kNotFound) ||
-          (result.ok() && result->value("session_state", "kept") == "lost")) {
+          (result.ok() && Lost(*result))) {
         ForgetSession(*session, /*kill=*/!state.killed);
         // Nobody saw a result that says so: the next cell does.
         std::lock_guard<std::mutex> lock(mu_);
@@ -540,7 +548,7 @@ json Engine::RunPython(Call& call, const RunArgs& args, const json& progress_tok
       return ToolError(note + (note.empty() ? "" : "\n\n") +
                        "kiln could not run the cell: " + e.message);
     }
-    if (result->value("session_state", "kept") == "lost") ForgetSession(*session, /*kill=*/true);
+    if (Lost(*result)) ForgetSession(*session, /*kill=*/true);
     return RunPythonResult(*result, note, structured());
   }
 }

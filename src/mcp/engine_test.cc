@@ -128,10 +128,24 @@ std::string Text(const json& response) {
 
 // --- JSON-RPC ---------------------------------------------------------------
 
+// A result or listing from a server may hold members of any type; one of the
+// wrong type is ignored, never thrown on (found by fuzz/mcp_engine_fuzzer.cc).
+TEST(McpTools, OddlyTypedMembersAreIgnored) {
+  const json r = RunPythonResult({{"status", "ok"}, {"stdout", "hi"}, {"stdout_truncated", 1},
+                                  {"stderr_truncated", "yes"}, {"session_state", 7}},
+                                 "", true);
+  EXPECT_EQ(r["isError"], false);
+  EXPECT_EQ(Text({{"result", r}}), "hi");
+  const json l = ListFilesResult({{"files", {{{"path", "d"}, {"directory", "yes"}}}}}, true);
+  EXPECT_EQ(l["structuredContent"]["files"][0]["directory"], false);
+}
+
 TEST(McpEngine, MalformedJsonIsAParseErrorWithNullId) {
   Client c;
-  for (const std::string text :
-       {"{", "not json", "", "{\"jsonrpc\": \"2.0\", \"id\": 1,", "\xff\xfe"}) {
+  for (const std::string& text : std::vector<std::string>{
+        "{", "not json", "", "{\"jsonrpc\": \"2.0\", \"id\": 1,", "\xff\xfe",
+        // nlohmann would stop reading at the NUL and answer the ping
+        std::string("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}") + '\0' + "x"}) {
     EXPECT_EQ(c.SendText(text), Engine::Disposition::kReplied) << text;
     const json r = c.ResponseTo(nullptr, 1s);
     EXPECT_EQ(ErrorCode(r), jsonrpc::kParseError) << text << " -> " << r.dump();

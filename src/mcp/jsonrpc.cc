@@ -22,7 +22,7 @@ Message Invalid(nlohmann::json id, int code, std::string message) {
 }  // namespace
 
 std::optional<nlohmann::json> Parse(std::string_view text) {
-  if (HasNulByte(text) || !JsonDepthWithin(text, kMaxDepth)) return std::nullopt;
+  if (!JsonDepthWithin(text, kMaxDepth) || HasNulByte(text)) return std::nullopt;
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return std::nullopt;
   return j;

@@ -172,6 +172,14 @@ std::string StringOf(const json& j, const char* key) {
   return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
+// A boolean member; false when absent or of another type. (json::value(key,
+// false) throws on another type: a result with "stdout_truncated": 1 ended the
+// MCP server; found by fuzz/mcp_engine_fuzzer.cc.)
+bool BoolOf(const json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_boolean() && it->get<bool>();
+}
+
 // The "text/plain" of a MIME bundle (nbformat allows a string or a list of lines).
 std::string PlainText(const json& data) {
   const auto it = data.find("text/plain");
@@ -597,9 +605,9 @@ json RunPythonResult(const json& result, const std::string& note, bool structure
     if (const auto e = r.find("error"); e != r.end() && e->is_object())
       t.Add("error", TracebackText(*e) + "\n");
   }
-  if (r.value("stdout_truncated", false))
+  if (BoolOf(r, "stdout_truncated"))
     t.Add("kiln", "(stdout was truncated at the output limit)\n");
-  if (r.value("stderr_truncated", false))
+  if (BoolOf(r, "stderr_truncated"))
     t.Add("kiln", "(stderr was truncated at the output limit)\n");
   if (const auto d = r.find("outputs_dropped");
       d != r.end() && d->is_number_integer() && d->get<int64_t>() > 0) {
@@ -703,7 +711,7 @@ json ListFilesResult(const json& listing, bool structured) {
     for (const auto& e : *f) {
       if (!e.is_object() || !e.contains("path") || !e["path"].is_string()) continue;
       json entry = {{"path", e["path"]}};
-      const bool dir = e.value("directory", false);
+      const bool dir = BoolOf(e, "directory");
       entry["directory"] = dir;
       const auto size = e.find("size");
       if (size != e.end() && size->is_number_integer()) entry["size"] = *size;

@@ -75,6 +75,10 @@ TEST(V1Execute, ErrorsNameTheField) {
     EXPECT_EQ(e->field, c.field) << c.body;
     EXPECT_EQ(e->code, c.code) << c.body;
   }
+  // nlohmann stops reading at a NUL byte; the body is refused whole, not read up to it.
+  auto nul = V1(std::string("{\"code\":\"1\"}") + '\0' + "{\"code\":\"2\"}");
+  ASSERT_TRUE(nul.has_value());
+  EXPECT_EQ(nul->code, "invalid_json");
   const std::string long_path = R"J({"code":"1","files":[{"path":")J" + std::string(4096, 'a') + R"J(","content":"x"}]})J";
   auto e = V1(long_path);
   ASSERT_TRUE(e.has_value());

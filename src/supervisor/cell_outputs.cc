@@ -1,5 +1,7 @@
 #include "supervisor/cell_outputs.h"
 
+#include <limits>
+
 #include "ipc/frame.h"
 
 namespace kiln::supervisor {
@@ -116,7 +118,12 @@ Result<CellOutputs::FrameVerdict> CellOutputs::OnFrame(const nlohmann::json& f, 
       if (!it->is_number_unsigned() && !(it->is_number_integer() && it->get<int64_t>() >= 0)) {
         return InvalidArgument("member \"dropped\" must be a non-negative integer");
       }
-      dropped_ += it->get<uint64_t>();
+      // Saturating: the runtime's count must not wrap kiln's own to a small
+      // number (2^64 - 1 after one image kiln dropped read 0; found by
+      // fuzz/cell_outputs_fuzzer.cc).
+      const uint64_t n = it->get<uint64_t>();
+      dropped_ = n > std::numeric_limits<uint64_t>::max() - dropped_ ? std::numeric_limits<uint64_t>::max()
+                                                                     : dropped_ + n;
     }
     reply_status_ = std::move(status);
     return FrameVerdict::kAccepted;

@@ -22,11 +22,14 @@ Received ReceiveSync(int fd) {
     }
     return out;
   }
+  // Owned before anything else: an empty record (which recvmsg returns as 0,
+  // like the end of the stream) may carry an fd too (found by
+  // fuzz/setup_record_fuzzer.cc: it stayed open in the supervisor).
+  if (got.nfds > 0) out.fd.Reset(fds[0]);  // more fds than a record carries were closed
   if (got.bytes == 0) {
     out.eof = true;
     return out;
   }
-  if (got.nfds > 0) out.fd.Reset(fds[0]);  // more fds than a record carries were closed
   out.sender = got.sender;
   if (got.bytes != static_cast<ssize_t>(sizeof(SyncMessage)) || got.truncated) out.garbage = true;
   return out;

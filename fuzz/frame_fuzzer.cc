@@ -1,0 +1,141 @@
+// src/ipc/frame.h: the runtime channel as the supervisor reads it from a
+// sandbox: FrameReader cuts the byte stream into frames (4-byte big-endian
+// length, at most a maximum), ParseFrame makes each payload a JSON object with
+// a string "type", and GetString/GetInt/GetStringMap read its members.
+//
+// Input: byte 0 picks the reader's maximum (low 6 bits), or (0xff) a 1 MiB
+// frame first, so that later frames cross the buffer's compaction; byte 1 the
+// size
+// of the chunks the stream is fed in (as read(2) would cut it); the rest is
+// the stream. Checked against a reference cut of the same bytes: the same
+// payloads in the same order, the over-limit error exactly where a length is
+// over the maximum, the same bytes pending at the end. Every parsed frame
+// survives EncodeMessage and parsing again unchanged.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/json_depth.h"
+#include "fuzz_util.h"
+#include "ipc/frame.h"
+
+namespace {
+
+using kiln::ipc::FrameReader;
+
+// The reference: payloads of `stream` under `max`, and whether it ended on a
+// length over `max`; `rest` gets the bytes of an incomplete frame.
+std::vector<std::string_view> Cut(std::string_view stream, size_t max, bool* over, size_t* rest) {
+  std::vector<std::string_view> out;
+  *over = false;
+  size_t at = 0;
+  while (stream.size() - at >= 4) {
+    const auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<unsigned char>(stream[at + i])); };
+    const uint32_t n = (b(0) << 24) | (b(1) << 16) | (b(2) << 8) | b(3);
+    if (n > max) {
+      *over = true;
+      break;
+    }
+    if (stream.size() - at - 4 < n) break;
+    out.push_back(stream.substr(at + 4, n));
+    at += 4 + n;
+  }
+  *rest = stream.size() - at;
+  return out;
+}
+
+void CheckFrame(const std::string& payload) {
+  auto parsed = kiln::ipc::ParseFrame(payload);
+  if (!parsed.ok()) {
+    FUZZ_CHECK(parsed.error().code == kiln::Code::kInvalidArgument);
+    return;
+  }
+  const nlohmann::json& j = *parsed;
+  FUZZ_CHECK(kiln::JsonDepthWithin(payload));
+  // A raw NUL is never JSON text (RFC 8259); nlohmann stops reading at one.
+  FUZZ_CHECK(payload.find('\0') == std::string::npos);
+  FUZZ_CHECK(j.is_object());
+  auto type = kiln::ipc::GetString(j, "type");
+  FUZZ_CHECK(type.ok());
+  // The typed accessors on the members the supervisor reads.
+  for (const char* key : {"cell", "protocol", "exit_code", "execution_count", "line"}) {
+    auto i = kiln::ipc::GetInt(j, key);
+    FUZZ_CHECK(i.ok() == (j.contains(key) && j[key].is_number_integer()));
+  }
+  for (const char* key : {"ename", "evalue", "status", "module", "message"}) {
+    auto s = kiln::ipc::GetString(j, key);
+    FUZZ_CHECK(s.ok() == (j.contains(key) && j[key].is_string()));
+  }
+  for (const char* key : {"data", "metadata"}) {
+    auto m = kiln::ipc::GetStringMap(j, key);
+    if (m.ok()) {
+      FUZZ_CHECK(m->is_object());
+      for (const auto& [k, v] : m->items()) FUZZ_CHECK(v.is_string());
+    }
+  }
+  // What the supervisor re-encodes (replies, events) decodes to the same value.
+  const std::string wire = kiln::ipc::EncodeMessage(j);
+  FrameReader again;
+  again.Feed(wire.data(), wire.size());
+  auto next = again.Next();
+  FUZZ_CHECK(next.ok() && next->has_value() && again.pending() == 0);
+  auto reparsed = kiln::ipc::ParseFrame(**next);
+  FUZZ_CHECK(reparsed.ok() && *reparsed == j);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const kiln::fuzz::Input input(data, size);
+  std::string_view rest = input.text();
+  const uint8_t mode = kiln::fuzz::TakeByte(&rest);
+  const uint8_t chunk_byte = kiln::fuzz::TakeByte(&rest);
+  // Small maxima reach the over-limit path with short inputs.
+  const size_t max = (mode & 0x3f) == 0 ? kiln::ipc::kMaxFrameBytes : (mode & 0x3f) * 4u;
+  const bool big_first = mode == 0xff;  // 8 ms a run: rare
+
+  static const std::string kBigFrame =
+      kiln::ipc::EncodeFrame("{\"type\":\"pad\",\"p\":\"" + std::string(1u << 20, 'x') + "\"}");
+  std::string stream;
+  if (big_first) stream = kBigFrame;
+  const size_t head = stream.size();  // fed in one piece
+  stream.append(rest);
+  const size_t chunk = chunk_byte == 0 ? stream.size() + 1 : chunk_byte;
+  const size_t reader_max = big_first ? kiln::ipc::kMaxFrameBytes : max;
+
+  bool over = false;
+  size_t pending = 0;
+  const std::vector<std::string_view> expected = Cut(stream, reader_max, &over, &pending);
+
+  FrameReader reader(reader_max);
+  size_t got = 0;
+  bool failed = false;
+  for (size_t at = 0; at < stream.size() && !failed;) {
+    const size_t n = at == 0 && head > 0 ? head : std::min(chunk, stream.size() - at);
+    reader.Feed(stream.data() + at, n);
+    for (;;) {
+      auto next = reader.Next();
+      if (!next.ok()) {
+        // Only a length over the maximum, and only where the reference cut stops.
+        FUZZ_CHECK(next.error().code == kiln::Code::kResourceExhausted);
+        FUZZ_CHECK(over && got == expected.size());
+        failed = true;
+        break;
+      }
+      if (!next->has_value()) break;
+      FUZZ_CHECK(got < expected.size() && **next == expected[got]);
+      ++got;
+      if (!big_first || got > 1) CheckFrame(**next);
+    }
+    at += n;
+  }
+  FUZZ_CHECK(got == expected.size());
+  if (!failed) {
+    FUZZ_CHECK(!over);
+    FUZZ_CHECK(reader.pending() == pending);
+  }
+  return 0;
+}

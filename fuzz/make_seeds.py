@@ -127,6 +127,19 @@ put("pool_handoff", "nine_fds", b"\x19" + handoff())
 put("pool_handoff", "short", b"\x06" + handoff()[:40])
 put("pool_handoff", "empty_hang_up", b"\x20")
 
+# StatusRecord (magic "kzyS", profile[64], refilling, target, zygote_ready,
+# reserved, 4 padding bytes, refills, failures, zygote_starts, refill ms total, last)
+def status(magic=0x6b7a7953, profile=b"default", ready=1, total=1234.5, last=40.25):
+    return struct.pack("<I64sIIII4xQQQdd", magic, profile, 2, 4, ready, 0, 30, 1, 1, total, last)
+
+put("pool_handoff", "status", b"\x00" + status())
+put("pool_handoff", "status_with_fd", b"\x01" + status())
+put("pool_handoff", "status_nan_time", b"\x00" + status(total=float("nan")))
+put("pool_handoff", "status_negative_time", b"\x00" + status(last=-1.0))
+put("pool_handoff", "status_ready_flag_2", b"\x00" + status(ready=2))
+put("pool_handoff", "status_no_profile", b"\x00" + status(profile=b""))
+put("pool_handoff", "status_short", b"\x00" + status()[:100])
+
 # --- job_request: the first frame's payload on a job socket ---------------------
 req = {"type": "execute", "id": "e1", "profile": "default",
        "limits": {"timeout_s": 2.5, "memory_bytes": 67108864, "cpus": 0.5, "pids": 32},

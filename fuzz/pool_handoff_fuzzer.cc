@@ -1,7 +1,7 @@
-// The pool's handoffs (src/zygote/handoff.h): the warm pool process hands
+// The pool's records (src/zygote/handoff.h): the warm pool process hands
 // each ready sandbox to the spawner as one fixed-size record with six fds
-// (SCM_RIGHTS) on a SOCK_SEQPACKET socket; zygote::ReceiveHandoff decodes it
-// and refuses anything else.
+// (SCM_RIGHTS) on a SOCK_SEQPACKET socket, and its status as another record
+// without fds; zygote::ReceiveFromPool decodes them and refuses anything else.
 //
 // Input: byte 0 is how the record is sent (fds attached, credentials, a hang
 // up after it: fuzz/record_channel.h); the rest is the record's bytes. Checked:
@@ -9,6 +9,7 @@
 // cut at their fields' sizes, a refused record is kInternal (malformed) or
 // kUnavailable (the pool is gone), and no received fd stays open once the
 // result is gone, accepted or not.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -45,10 +46,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool sent = channel.Send(payload, shape);
   const OpenFds before = OpenFds::Now();
   {
-    auto got = kiln::zygote::ReceiveHandoff(channel.receiver());
+    auto got = kiln::zygote::ReceiveFromPool(channel.receiver());
     if (got.ok() && got->has_value()) {
       FUZZ_CHECK(sent && !payload.empty());
-      CheckHandoff(**got, shape.fds);
+      const kiln::zygote::FromPool& from = **got;
+      FUZZ_CHECK(from.handoff.has_value() != from.status.has_value());
+      if (from.handoff) CheckHandoff(*from.handoff, shape.fds);
+      if (from.status) {
+        FUZZ_CHECK(shape.fds == 0);
+        const auto& s = *from.status;
+        FUZZ_CHECK(!s.profile.empty() && s.profile.size() <= 64 && s.profile.find('\0') == std::string::npos);
+        FUZZ_CHECK(std::isfinite(s.refill_ms_total) && s.refill_ms_total >= 0);
+        FUZZ_CHECK(std::isfinite(s.last_refill_ms) && s.last_refill_ms >= 0);
+      }
     } else if (got.ok()) {
       FUZZ_CHECK(!sent);  // nothing waiting
     } else {

@@ -8,6 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <cstring>
 #include <memory>
 
@@ -29,6 +32,23 @@ struct HandoffRecord {
   char cgroup[96] = {};
 };
 constexpr size_t kHandoffFds = 6;
+
+// pool -> spawner besides handoffs: PoolStatus. Its own magic and size.
+constexpr uint32_t kStatusMagic = 0x6b7a7953;  // "kzyS"
+struct StatusRecord {
+  uint32_t magic = kStatusMagic;
+  char profile[64] = {};
+  uint32_t refilling = 0;
+  uint32_t target = 0;
+  uint32_t zygote_ready = 0;
+  uint32_t reserved = 0;
+  uint64_t refills = 0;
+  uint64_t failures = 0;
+  uint64_t zygote_starts = 0;
+  double refill_ms_total = 0;
+  double last_refill_ms = 0;
+};
+static_assert(sizeof(StatusRecord) != sizeof(HandoffRecord));
 
 struct StockRecord {
   uint32_t magic = kWireMagic;
@@ -70,28 +90,69 @@ Status SendHandoff(int fd, const std::string& profile, const PooledChild& c) {
   return OkStatus();
 }
 
-Result<std::optional<Handoff>> ReceiveHandoff(int fd) {
-  HandoffRecord r;
+Status SendPoolStatus(int fd, const PoolStatus& s) {
+  StatusRecord r;
+  if (!CopyName(r.profile, sizeof r.profile, s.profile)) return InvalidArgument("profile name too long");
+  r.refilling = s.refilling;
+  r.target = s.target;
+  r.zygote_ready = s.zygote_ready ? 1 : 0;
+  r.refills = s.refills;
+  r.failures = s.failures;
+  r.zygote_starts = s.zygote_starts;
+  r.refill_ms_total = s.refill_ms_total;
+  r.last_refill_ms = s.last_refill_ms;
+  if (::send(fd, &r, sizeof r, MSG_NOSIGNAL | MSG_DONTWAIT) != sizeof r) {
+    return ErrnoError("send the pool's status to the spawner");
+  }
+  return OkStatus();
+}
+
+Result<std::optional<FromPool>> ReceiveFromPool(int fd) {
+  // Either record; one byte more than the larger shows a longer one as such.
+  alignas(8) char buf[std::max(sizeof(HandoffRecord), sizeof(StatusRecord)) + 1] = {};
   int fds[kHandoffFds];
-  const sys::Received got = sys::ReceiveWithFds(fd, &r, sizeof r, fds, kHandoffFds, MSG_DONTWAIT);
-  if (got.bytes < 0 && got.err == EAGAIN) return std::optional<Handoff>();
+  const sys::Received got = sys::ReceiveWithFds(fd, buf, sizeof buf, fds, kHandoffFds, MSG_DONTWAIT);
+  if (got.bytes < 0 && got.err == EAGAIN) return std::optional<FromPool>();
   if (got.bytes <= 0) {
     for (size_t i = 0; i < got.nfds; ++i) ::close(fds[i]);
     return MakeError(Code::kUnavailable, "the pool process is gone");
   }
-  Handoff h;
+  FromPool from;
+  StatusRecord s;
+  if (got.bytes == sizeof s && (std::memcpy(&s, buf, sizeof s), s.magic == kStatusMagic)) {
+    for (size_t i = 0; i < got.nfds; ++i) ::close(fds[i]);
+    if (got.nfds != 0 || got.truncated || s.zygote_ready > 1 || !std::isfinite(s.refill_ms_total) ||
+        !std::isfinite(s.last_refill_ms) || s.refill_ms_total < 0 || s.last_refill_ms < 0) {
+      return Internal("malformed status from the pool process");
+    }
+    PoolStatus& p = from.status.emplace();
+    p.profile = NameOf(s.profile, sizeof s.profile);
+    p.refilling = s.refilling;
+    p.target = s.target;
+    p.zygote_ready = s.zygote_ready == 1;
+    p.refills = s.refills;
+    p.failures = s.failures;
+    p.zygote_starts = s.zygote_starts;
+    p.refill_ms_total = s.refill_ms_total;
+    p.last_refill_ms = s.last_refill_ms;
+    if (p.profile.empty()) return Internal("malformed status from the pool process");
+    return std::optional<FromPool>(std::move(from));
+  }
+  Handoff& h = from.handoff.emplace();
   supervisor::AdoptedSandbox& a = h.sandbox;
   UniqueFd* slots[kHandoffFds] = {&a.init_pidfd, &a.sync, &a.runtime, &a.out, &a.err, &a.workspace};
   for (size_t i = 0; i < got.nfds; ++i) slots[i]->Reset(fds[i]);
-  if (got.bytes != sizeof r || r.magic != kWireMagic || got.nfds != kHandoffFds || got.truncated) {
+  HandoffRecord hr;
+  std::memcpy(&hr, buf, sizeof hr);
+  if (got.bytes != sizeof hr || hr.magic != kWireMagic || got.nfds != kHandoffFds || got.truncated) {
     return Internal("malformed handoff from the pool process");
   }
-  h.profile = NameOf(r.profile, sizeof r.profile);
-  h.cgroup_name = NameOf(r.cgroup, sizeof r.cgroup);
-  a.init_pid = r.init_pid;
-  a.worker_pid = r.worker_pid;
-  a.host_uid = r.host_uid;
-  return std::optional<Handoff>(std::move(h));
+  h.profile = NameOf(hr.profile, sizeof hr.profile);
+  h.cgroup_name = NameOf(hr.cgroup, sizeof hr.cgroup);
+  a.init_pid = hr.init_pid;
+  a.worker_pid = hr.worker_pid;
+  a.host_uid = hr.host_uid;
+  return std::optional<FromPool>(std::move(from));
 }
 
 Status SendArrival(int fd, const std::string& profile, bool hit, uint64_t consumed) {
@@ -161,6 +222,9 @@ namespace {
   struct Entry {
     std::unique_ptr<Pool> pool;
     uint64_t sent = 0;
+    double refill_ms_total = 0, last_refill_ms = 0;
+    PoolStatus reported;  // what the spawner last got
+    std::chrono::steady_clock::time_point reported_at{};
   };
   std::map<std::string, Entry> pools;
   auto ensure = [&](const std::string& name) -> Entry* {
@@ -217,6 +281,7 @@ namespace {
     for (auto& [name, e] : pools) {
       if (!e.pool) continue;
       e.pool->Step(0);
+      const uint64_t sent_before = e.sent;
       while (auto c = e.pool->TakeForHandoff()) {
         Status sent = SendHandoff(spawner, name, *c);
         if (!sent.ok()) {
@@ -224,9 +289,31 @@ namespace {
           continue;  // the child dies with our copies
         }
         ++e.sent;
+        e.refill_ms_total += c->ready_ms;
+        e.last_refill_ms = c->ready_ms;
         // The cgroup is the supervisor's that takes the sandbox (or, unused,
         // removed at the next start as a stale one of ours).
         c->sandbox.cgroup->Disown();
+      }
+      // The status, when it changed: at once after a handoff (so that the
+      // spawner never holds a sandbox its status does not count), else at
+      // most every 250 ms.
+      PoolStatus now;
+      now.profile = name;
+      now.refilling = static_cast<uint32_t>(e.pool->refilling());
+      now.target = static_cast<uint32_t>(e.pool->target());
+      now.zygote_ready = e.pool->zygote() != nullptr && e.pool->zygote()->ready();
+      now.refills = e.sent;
+      now.refill_ms_total = e.refill_ms_total;
+      now.last_refill_ms = e.last_refill_ms;
+      now.failures = e.pool->stats().child_failures;
+      now.zygote_starts = e.pool->stats().zygote_starts;
+      const auto t = std::chrono::steady_clock::now();
+      if (!(now == e.reported) &&
+          (e.sent != sent_before || t - e.reported_at >= std::chrono::milliseconds(250)) &&
+          SendPoolStatus(spawner, now).ok()) {
+        e.reported = now;
+        e.reported_at = t;
       }
     }
   }

@@ -38,11 +38,34 @@ struct Handoff {
   bool alive() const;  // its pid 1 still runs
 };
 
+// How one profile's pool stands, as the pool process sees it (the spawner
+// adds what it holds and what it gave out: Spawner::PoolStatus).
+struct PoolStatus {
+  std::string profile;
+  uint32_t refilling = 0;       // children being made
+  uint32_t target = 0;          // ready + refilling the pool sizes itself to (Erlang C)
+  bool zygote_ready = false;
+  uint64_t refills = 0;         // children made ready and handed over, in all
+  double refill_ms_total = 0;   // their times from fork request to ready, summed
+  double last_refill_ms = 0;
+  uint64_t failures = 0;        // children killed during setup or check, in all
+  uint64_t zygote_starts = 0;
+  bool operator==(const PoolStatus&) const = default;
+};
+
 // pool -> spawner: one record (with the six fds). The fds stay the caller's.
 Status SendHandoff(int fd, const std::string& profile, const PooledChild& child);
-// Spawner side, non-blocking: a handoff, nullopt when none is waiting;
-// kUnavailable when the pool process is gone.
-Result<std::optional<Handoff>> ReceiveHandoff(int fd);
+// pool -> spawner: a status record (no fds), sent when it changed.
+Status SendPoolStatus(int fd, const PoolStatus& status);
+// What the pool process sent: exactly one of the two.
+struct FromPool {
+  std::optional<Handoff> handoff;
+  std::optional<PoolStatus> status;
+};
+// Spawner side, non-blocking: a handoff or a status, nullopt when nothing is
+// waiting; kUnavailable when the pool process is gone; kInternal for a
+// malformed record (whatever fds came with it closed).
+Result<std::optional<FromPool>> ReceiveFromPool(int fd);
 
 // spawner -> pool: an execution of `profile` arrived; `hit`: it took a
 // sandbox. `consumed`: how many of the profile's handoffs the spawner no

@@ -88,7 +88,36 @@ struct Metrics::Impl {
         http(prometheus::BuildCounter()
                  .Name("kiln_http_requests_total")
                  .Help("HTTP requests by route template and status code.")
-                 .Register(*registry)) {}
+                 .Register(*registry)),
+        pool_sandboxes(prometheus::BuildGauge()
+                           .Name("kiln_pool_sandboxes")
+                           .Help("Warm pool sandboxes by profile and state (ready, refilling, in_use).")
+                           .Register(*registry)),
+        pool_target(prometheus::BuildGauge()
+                        .Name("kiln_pool_target")
+                        .Help("Ready plus refilling sandboxes the warm pool sizes itself to.")
+                        .Register(*registry)),
+        pool_takes(prometheus::BuildCounter()
+                       .Name("kiln_pool_takes_total")
+                       .Help("Eligible executions and sessions that took a pooled sandbox (hit) or "
+                             "found none ready and started cold (cold_fallback).")
+                       .Register(*registry)),
+        pool_refills(prometheus::BuildCounter()
+                         .Name("kiln_pool_refills_total")
+                         .Help("Pooled sandboxes made ready and handed over.")
+                         .Register(*registry)),
+        pool_refill_seconds(prometheus::BuildCounter()
+                                .Name("kiln_pool_refill_seconds_total")
+                                .Help("Time from fork request to ready of the refills, summed.")
+                                .Register(*registry)),
+        pool_failures(prometheus::BuildCounter()
+                          .Name("kiln_pool_failures_total")
+                          .Help("Pooled sandboxes killed during setup or the outside check.")
+                          .Register(*registry)),
+        pool_zygote_starts(prometheus::BuildCounter()
+                               .Name("kiln_pool_zygote_starts_total")
+                               .Help("Zygote (fork server) starts.")
+                               .Register(*registry)) {}
 
   std::shared_ptr<prometheus::Registry> registry;
   prometheus::Family<prometheus::Counter>& executions;
@@ -98,6 +127,16 @@ struct Metrics::Impl {
   prometheus::Gauge& sessions;
   prometheus::Family<prometheus::Counter>& rejections;
   prometheus::Family<prometheus::Counter>& http;
+  prometheus::Family<prometheus::Gauge>& pool_sandboxes;
+  prometheus::Family<prometheus::Gauge>& pool_target;
+  prometheus::Family<prometheus::Counter>& pool_takes;
+  prometheus::Family<prometheus::Counter>& pool_refills;
+  prometheus::Family<prometheus::Counter>& pool_refill_seconds;
+  prometheus::Family<prometheus::Counter>& pool_failures;
+  prometheus::Family<prometheus::Counter>& pool_zygote_starts;
+  // The spawner's last absolute counts, per (series, profile): SetPool adds
+  // the difference (or the whole count after a restart).
+  std::map<std::pair<std::string, std::string>, double> pool_seen;
 
   // Guards the label bounds and the caches below. Family::Add() is thread-safe on its own, but
   // it builds a new object (for a histogram, its buckets) on every call; caching the pointer
@@ -178,6 +217,39 @@ void Metrics::RecordHttp(std::string_view route, int code) {
       counter = it->second;
     }
     counter->Increment();
+  });
+}
+
+void Metrics::SetPool(const std::vector<PoolProfile>& profiles) {
+  Guarded("SetPool", [&] {
+    std::lock_guard lock(impl_->mu);
+    auto grow = [this](prometheus::Family<prometheus::Counter>& family, const std::string& series,
+                       const std::map<std::string, std::string>& labels, const std::string& profile,
+                       double now) {
+      if (!(now >= 0)) return;
+      double& seen = impl_->pool_seen[{series, profile}];
+      const double delta = now >= seen ? now - seen : now;  // lower: the spawner restarted
+      seen = now;
+      if (delta > 0) family.Add(labels).Increment(delta);
+    };
+    for (const PoolProfile& p : profiles) {
+      const std::string profile = impl_->profile_values.Value(p.profile);
+      impl_->pool_sandboxes.Add({{"profile", profile}, {"state", "ready"}}).Set(static_cast<double>(p.ready));
+      impl_->pool_sandboxes.Add({{"profile", profile}, {"state", "refilling"}})
+          .Set(static_cast<double>(p.refilling));
+      impl_->pool_sandboxes.Add({{"profile", profile}, {"state", "in_use"}}).Set(static_cast<double>(p.in_use));
+      impl_->pool_target.Add({{"profile", profile}}).Set(static_cast<double>(p.target));
+      grow(impl_->pool_takes, "hit", {{"profile", profile}, {"result", "hit"}}, profile,
+           static_cast<double>(p.hits));
+      grow(impl_->pool_takes, "cold_fallback", {{"profile", profile}, {"result", "cold_fallback"}}, profile,
+           static_cast<double>(p.cold_fallbacks));
+      grow(impl_->pool_refills, "refills", {{"profile", profile}}, profile, static_cast<double>(p.refills));
+      grow(impl_->pool_refill_seconds, "refill_seconds", {{"profile", profile}}, profile,
+           p.refill_seconds_total);
+      grow(impl_->pool_failures, "failures", {{"profile", profile}}, profile, static_cast<double>(p.failures));
+      grow(impl_->pool_zygote_starts, "zygote_starts", {{"profile", profile}}, profile,
+           static_cast<double>(p.zygote_starts));
+    }
   });
 }
 

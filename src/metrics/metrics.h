@@ -11,6 +11,13 @@
 //   kiln_queue_depth                                 gauge
 //   kiln_rejections_total{reason}                    counter
 //   kiln_http_requests_total{route,code}             counter
+//   kiln_pool_sandboxes{profile,state}               gauge: state ready | refilling | in_use
+//   kiln_pool_target{profile}                        gauge: the size the pool sizes itself to
+//   kiln_pool_takes_total{profile,result}            counter: result hit | cold_fallback
+//   kiln_pool_refills_total{profile}                 counter: sandboxes made ready
+//   kiln_pool_refill_seconds_total{profile}          counter: their fork-to-ready times, summed
+//   kiln_pool_failures_total{profile}                counter: sandboxes killed in setup or check
+//   kiln_pool_zygote_starts_total{profile}           counter
 //
 // IMPORTANT: label values must come from small closed sets: `status` from
 // supervisor::ToString(Outcome), `profile` from the configured profile names, `reason` from the
@@ -55,6 +62,18 @@ class Metrics final {
   void RecordRejection(std::string_view reason);
   // kiln_http_requests_total{route,code} += 1 (route: the matched route template).
   void RecordHttp(std::string_view route, int code);
+
+  // The warm pool as the spawner reports it (Spawner::PoolStatus), just
+  // before Render(). The spawner's counts restart with it (or with the pool
+  // process); the counters here only grow: a count lower than the last one
+  // seen is taken as a restart and added whole.
+  struct PoolProfile {
+    std::string profile;
+    int64_t ready = 0, refilling = 0, in_use = 0, target = 0;
+    uint64_t hits = 0, cold_fallbacks = 0, refills = 0, failures = 0, zygote_starts = 0;
+    double refill_seconds_total = 0;
+  };
+  void SetPool(const std::vector<PoolProfile>& profiles);
 
   // Prometheus text exposition format 0.0.4; serve with
   // "Content-Type: text/plain; version=0.0.4; charset=utf-8".

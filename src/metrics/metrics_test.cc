@@ -79,6 +79,47 @@ TEST(Metrics, RendersEverySeriesWithItsValues) {
   EXPECT_TRUE(HasLine(m.Render(), "kiln_active_sandboxes 0"));
 }
 
+// The pool's gauges are set as reported; its counters only grow: the
+// spawner's absolute counts become increments, and a count lower than the
+// last (the spawner or the pool process restarted) is added whole.
+TEST(Metrics, PoolSeriesFollowTheSpawnersCountsAcrossRestarts) {
+  Metrics m;
+  Metrics::PoolProfile p;
+  p.profile = "default";
+  p.ready = 2;
+  p.refilling = 1;
+  p.in_use = 3;
+  p.target = 4;
+  p.hits = 10;
+  p.cold_fallbacks = 2;
+  p.refills = 12;
+  p.refill_seconds_total = 1.5;
+  p.zygote_starts = 1;
+  m.SetPool({p});
+  std::string text = m.Render();
+  EXPECT_TRUE(HasLine(text, "# TYPE kiln_pool_sandboxes gauge")) << text;
+  EXPECT_TRUE(HasLine(text, "kiln_pool_sandboxes{profile=\"default\",state=\"ready\"} 2")) << text;
+  EXPECT_TRUE(HasLine(text, "kiln_pool_sandboxes{profile=\"default\",state=\"refilling\"} 1")) << text;
+  EXPECT_TRUE(HasLine(text, "kiln_pool_sandboxes{profile=\"default\",state=\"in_use\"} 3")) << text;
+  EXPECT_TRUE(HasLine(text, "kiln_pool_target{profile=\"default\"} 4")) << text;
+  EXPECT_TRUE(HasLine(text, "# TYPE kiln_pool_takes_total counter")) << text;
+  EXPECT_TRUE(HasLine(text, "kiln_pool_takes_total{profile=\"default\",result=\"hit\"} 10")) << text;
+  EXPECT_TRUE(HasLine(text, "kiln_pool_takes_total{profile=\"default\",result=\"cold_fallback\"} 2")) << text;
+  EXPECT_TRUE(HasLine(text, "kiln_pool_refills_total{profile=\"default\"} 12")) << text;
+  EXPECT_TRUE(HasLine(text, "kiln_pool_refill_seconds_total{profile=\"default\"} 1.5")) << text;
+  EXPECT_TRUE(HasLine(text, "kiln_pool_zygote_starts_total{profile=\"default\"} 1")) << text;
+  // Later: 5 more hits; then a restarted spawner reports 3 from zero.
+  p.hits = 15;
+  p.ready = 0;
+  m.SetPool({p});
+  p.hits = 3;
+  m.SetPool({p});
+  text = m.Render();
+  EXPECT_TRUE(HasLine(text, "kiln_pool_takes_total{profile=\"default\",result=\"hit\"} 18")) << text;
+  EXPECT_TRUE(HasLine(text, "kiln_pool_sandboxes{profile=\"default\",state=\"ready\"} 0")) << text;
+  EXPECT_TRUE(HasLine(text, "kiln_pool_takes_total{profile=\"default\",result=\"cold_fallback\"} 2")) << text;
+}
+
 TEST(Metrics, GaugesArePresentBeforeAnythingHappens) {
   Metrics m;
   const std::string text = m.Render();

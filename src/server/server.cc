@@ -113,6 +113,31 @@ const std::vector<std::string>& Routes() {
 
 namespace {
 
+// Spawner::PoolStatus's profiles as the metrics' (the spawner is kiln's own
+// process: its JSON is trusted, read with defaults all the same).
+std::vector<metrics::Metrics::PoolProfile> PoolProfilesOf(const nlohmann::json& status) {
+  std::vector<metrics::Metrics::PoolProfile> out;
+  const auto profiles = status.find("profiles");
+  if (profiles == status.end() || !profiles->is_object()) return out;
+  for (const auto& [name, p] : profiles->items()) {
+    if (!p.is_object()) continue;
+    metrics::Metrics::PoolProfile m;
+    m.profile = name;
+    m.ready = p.value("ready", int64_t{0});
+    m.refilling = p.value("refilling", int64_t{0});
+    m.in_use = p.value("in_use", int64_t{0});
+    m.target = p.value("target", int64_t{0});
+    m.hits = p.value("hits", uint64_t{0});
+    m.cold_fallbacks = p.value("cold_fallbacks", uint64_t{0});
+    m.refills = p.value("refills", uint64_t{0});
+    m.failures = p.value("failures", uint64_t{0});
+    m.zygote_starts = p.value("zygote_starts", uint64_t{0});
+    m.refill_seconds_total = p.value("refill_ms_total", 0.0) / 1e3;
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 // "/v1/sessions/ab12/files/x/y.csv" -> pattern "/v1/sessions/{id}/files/{path}",
 // id "ab12", path "x/y.csv" (still percent-encoded). Other paths: themselves.
 struct RouteMatch {
@@ -597,11 +622,16 @@ struct HttpServer::Impl {
       body["ready"] = ready;
       if (!deps.spawner->Alive()) body["spawner"] = "dead";
       if (stopping) body["shutting_down"] = true;
+      // The warm pool in plain sight (informational: a pool that is off or
+      // refilling does not make the node unready; executions start cold).
+      auto pool = deps.spawner->PoolStatus();
+      body["pool"] = pool.ok() ? *pool : nlohmann::json{{"error", pool.error().message}};
       res = Json(ready ? http::status::ok : http::status::service_unavailable, body, req.version(), true);
     } else if (route == "GET /metrics") {
       deps.metrics->SetActive(deps.admission->active());
       deps.metrics->SetQueued(deps.admission->queued());
       if (deps.sessions != nullptr) deps.metrics->SetSessions(static_cast<int64_t>(deps.sessions->live()));
+      if (auto pool = deps.spawner->PoolStatus(); pool.ok()) deps.metrics->SetPool(PoolProfilesOf(*pool));
       res = Response{http::status::ok, req.version()};
       res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
       res.body() = deps.metrics->Render();

@@ -17,6 +17,8 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <map>
+#include <set>
 
 #include "base/base64.h"
 #include "base/log.h"
@@ -484,6 +486,44 @@ void LimitOwnMemory() {
   }
 }
 
+// The answer to an 'S' job (Spawner::PoolStatus, docs/protocol.md).
+nlohmann::json PoolStatusJson(const std::optional<std::string>& no_pool, bool pool_running,
+                              const std::map<std::string, zygote::PoolStatus>& reported,
+                              const std::map<std::string, std::pair<uint64_t, uint64_t>>& takes,
+                              const std::map<pid_t, std::string>& in_use,
+                              const zygote::HandoffStock& stock) {
+  nlohmann::json j = {{"type", "pool"},
+                      {"enabled", !no_pool.has_value()},
+                      {"running", pool_running},
+                      {"reason", no_pool ? nlohmann::json(*no_pool) : nlohmann::json(nullptr)}};
+  std::set<std::string> names;
+  for (const auto& [name, s] : reported) names.insert(name);
+  for (const auto& [name, t] : takes) names.insert(name);
+  for (const auto& [pid, name] : in_use) names.insert(name);
+  nlohmann::json profiles = nlohmann::json::object();
+  for (const std::string& name : names) {
+    const auto r = reported.find(name);
+    const zygote::PoolStatus s = r != reported.end() ? r->second : zygote::PoolStatus{};
+    const auto t = takes.find(name);
+    uint64_t using_now = 0;
+    for (const auto& [pid, profile] : in_use) using_now += profile == name ? 1 : 0;
+    profiles[name] = {{"ready", stock.size(name)},
+                      {"refilling", s.refilling},
+                      {"in_use", using_now},
+                      {"target", s.target},
+                      {"zygote_ready", s.zygote_ready},
+                      {"hits", t != takes.end() ? t->second.first : 0},
+                      {"cold_fallbacks", t != takes.end() ? t->second.second : 0},
+                      {"refills", s.refills},
+                      {"refill_ms_total", s.refill_ms_total},
+                      {"last_refill_ms", s.last_refill_ms},
+                      {"failures", s.failures},
+                      {"zygote_starts", s.zygote_starts}};
+  }
+  j["profiles"] = std::move(profiles);
+  return j;
+}
+
 [[noreturn]] void SpawnerMain(int control, pid_t server, const config::Config& config,
                               const supervisor::HostContext& host) {
   // Dies with the server; everything below dies with us the same way.
@@ -506,6 +546,12 @@ void LimitOwnMemory() {
   pid_t pool_pid = -1;
   UniqueFd pool_fd;
   zygote::HandoffStock stock;
+  // The pool in plain sight ('S' jobs: Spawner::PoolStatus): what the pool
+  // process last reported per profile, the executions that found a pooled
+  // sandbox or none, and the supervisors that hold one now.
+  std::map<std::string, zygote::PoolStatus> reported;
+  std::map<std::string, std::pair<uint64_t, uint64_t>> takes;  // profile -> (hits, misses)
+  std::map<pid_t, std::string> in_use;                        // supervisor -> profile
   const std::optional<std::string> no_pool = zygote::PoolUnavailableReason(config, host);
   auto start_pool = [&] {
     auto started = zygote::StartPoolProcess(config, host);
@@ -525,6 +571,7 @@ void LimitOwnMemory() {
     pid_t exited;
     int status = 0;
     while ((exited = ::waitpid(-1, &status, WNOHANG)) > 0) {
+      in_use.erase(exited);
       if (exited != pool_pid && (WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0)) &&
           host.cgroups != nullptr) {
         // A supervisor that died (killed, or crashed) left its sandbox's
@@ -541,6 +588,7 @@ void LimitOwnMemory() {
         // Its sandboxes died with it (its zygotes' pid 1s have it as parent).
         KILN_LOG_WARN("warm pool: the pool process exited; restarting it");
         stock.Clear();
+        reported.clear();
         pool_fd.Reset();
         pool_pid = -1;
         start_pool();
@@ -552,17 +600,23 @@ void LimitOwnMemory() {
     if (rc <= 0) continue;
     if (pool_fd && pfds[1].revents != 0) {
       for (;;) {
-        auto h = zygote::ReceiveHandoff(pool_fd.get());
-        if (!h.ok()) {
-          if (h.error().code == Code::kUnavailable) pool_fd.Reset();  // restarted when reaped
-          break;
+        auto from = zygote::ReceiveFromPool(pool_fd.get());
+        if (!from.ok()) {
+          if (from.error().code == Code::kUnavailable) {
+            pool_fd.Reset();  // restarted when reaped
+            break;
+          }
+          KILN_LOG_WARN("warm pool: {}", from.error().ToString());
+          continue;
         }
-        if (!h->has_value()) break;
-        stock.Add(std::move(**h));
+        if (!from->has_value()) break;
+        if ((*from)->handoff) stock.Add(std::move(*(*from)->handoff));
+        if ((*from)->status) reported[(*from)->status->profile] = *(*from)->status;
       }
     }
     if (pfds[0].revents == 0) continue;
-    // 'J': a job; 'P' + a profile name: a job that may take a pooled sandbox.
+    // 'J': a job; 'P' + a profile name: a job that may take a pooled sandbox;
+    // 'S': the pool's status, answered on the job's socket here.
     char tagbuf[72] = {};
     int job = -1;
     const sys::Received got = sys::ReceiveWithFds(control, tagbuf, sizeof tagbuf, &job, 1, 0);
@@ -570,14 +624,23 @@ void LimitOwnMemory() {
     const char tag = n > 0 ? tagbuf[0] : 0;
     if (n == 0) ::_exit(0);  // the server is gone
     if (n < 0) ::_exit(1);
-    if ((tag != 'J' && tag != 'P') || job < 0) {
+    if ((tag != 'J' && tag != 'P' && tag != 'S') || job < 0) {
       if (job >= 0) ::close(job);
       continue;
     }
+    if (tag == 'S') {
+      FramedChannel answer{UniqueFd(job), kMaxRequestBytes};
+      (void)answer.Write(PoolStatusJson(no_pool, pool_fd.valid(), reported, takes, in_use, stock));
+      continue;
+    }
     std::optional<zygote::Handoff> pooled;
+    std::string pooled_profile;
     if (tag == 'P' && n > 1) {
       const std::string profile(tagbuf + 1, strnlen(tagbuf + 1, static_cast<size_t>(n) - 1));
       pooled = stock.Take(profile);
+      auto& [hits, misses] = takes[profile];
+      ++(pooled ? hits : misses);
+      if (pooled) pooled_profile = profile;
       if (pool_fd) {
         (void)zygote::SendArrival(pool_fd.get(), profile, pooled.has_value(),
                                   stock.consumed(profile));
@@ -595,6 +658,7 @@ void LimitOwnMemory() {
       stock.Clear();  // only our own sandbox's fds stay open
       RunJob(job, config, host, std::move(pooled));
     }
+    if (child > 0 && !pooled_profile.empty()) in_use[child] = pooled_profile;
     ::close(job);
   }
 }
@@ -804,11 +868,14 @@ Spawner::~Spawner() {
 bool Spawner::Alive() const { return up_; }
 
 Result<UniqueFd> Spawner::NewJob(const std::string& pool_profile, uint64_t* generation) {
+  // 'J', or 'P' + the profile: the spawner may hand it a pooled sandbox.
+  return SendJob(pool_profile.empty() || pool_profile.size() > 64 ? "J" : "P" + pool_profile, generation);
+}
+
+Result<UniqueFd> Spawner::SendJob(const std::string& tag, uint64_t* generation) {
   int sp[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) return ErrnoError("socketpair");
   UniqueFd job(sp[0]), theirs(sp[1]);
-  // 'J', or 'P' + the profile: the spawner may hand it a pooled sandbox.
-  std::string tag = pool_profile.empty() || pool_profile.size() > 64 ? "J" : "P" + pool_profile;
   const int fd = theirs.get();
   std::lock_guard<std::mutex> lock(send_mu_);
   if (!up_) return MakeError(Code::kUnavailable, "the spawner is restarting; retry");
@@ -818,6 +885,21 @@ Result<UniqueFd> Spawner::NewJob(const std::string& pool_profile, uint64_t* gene
     return MakeError(Code::kUnavailable, "the spawner is not running; retry");
   }
   return job;
+}
+
+Result<nlohmann::json> Spawner::PoolStatus() {
+  uint64_t generation = 0;
+  KILN_ASSIGN_OR_RETURN(UniqueFd job, SendJob("S", &generation));
+  // The spawner answers from its loop at once; a spawner that does not
+  // within two seconds is busy or stuck: no status rather than a stuck scrape.
+  pollfd p{job.get(), POLLIN, 0};
+  if (::poll(&p, 1, 2000) <= 0) return MakeError(Code::kUnavailable, "the spawner did not answer in 2 s");
+  FramedChannel ch(std::move(job), kMaxResponseBytes);
+  auto frame = ch.Read();
+  if (!frame.ok()) return Died(generation, "pool status", frame.error());
+  if (frame->value("type", "") != "pool") return Internal("malformed pool status from the spawner");
+  frame->erase("type");
+  return std::move(*frame);
 }
 
 Error Spawner::Died(uint64_t generation, const std::string& what, const Error& e) {

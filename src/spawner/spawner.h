@@ -151,6 +151,13 @@ class Spawner final {
   Result<std::unique_ptr<SessionChannel>> StartSession(const SessionRequest& request,
                                                        const CancelToken* cancel);
 
+  // The warm pool in plain sight: {enabled, running, reason, profiles: {NAME:
+  // {ready, refilling, in_use, target, zygote_ready, hits, cold_fallbacks,
+  // refills, refill_ms_total, last_refill_ms, failures, zygote_starts}}}
+  // (docs/api.md, GET /readyz). Counters restart with the spawner or the
+  // pool process. kUnavailable when the spawner does not answer.
+  Result<nlohmann::json> PoolStatus();
+
   pid_t pid() const { return pid_; }
   // Whether the spawner process runs (false while it is being restarted:
   // executions and sessions are then refused with kUnavailable).
@@ -164,6 +171,7 @@ class Spawner final {
   // execution may take a pooled sandbox of that profile (zygote::PoolEligible).
   // `generation`: which spawner took it.
   Result<UniqueFd> NewJob(const std::string& pool_profile, uint64_t* generation);
+  Result<UniqueFd> SendJob(const std::string& tag, uint64_t* generation);
   // The profile whose pooled sandbox may run a job of these limits and
   // environment; empty when no pool's sandbox fits (zygote::PoolEligible).
   std::string PoolProfileFor(const std::string& profile, const config::LimitSpec& limits,

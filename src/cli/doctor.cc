@@ -1,18 +1,26 @@
 // kiln doctor: which isolation layers this host really gives, and whether
 // kiln will run here in its strict default. It tries each mechanism, then runs
-// one real sandbox end to end.
+// one real sandbox end to end. With --server URL it also shows a running
+// kiln serve's warm pool (its GET /readyz).
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "config/config.h"
 #include "isolation/host_probe.h"
+#include "mcp/http_backend.h"
 #include "policy/policy.h"
 #include "supervisor/sandbox.h"
+#include "zygote/handoff.h"
 
 namespace kiln::cli {
 namespace {
@@ -23,6 +31,7 @@ using isolation::LayerState;
 struct DoctorFlags {
   bool json = false;
   bool no_smoke = false;
+  std::string server;  // --server URL: a running kiln serve's pool too
 };
 
 }  // namespace
@@ -65,6 +74,18 @@ nlohmann::json DoctorReport(bool smoke_test) {
   }
   layers.push_back(cg);
   layers.push_back(rt);
+  // The warm pool (docs/adr/0011-zygote.md) of kiln serve with the built-in
+  // configuration: what this host allows; a configuration may still turn it off.
+  LayerReport pool{"warm pool", LayerState::kDegraded, "", false};
+  if (host.ok()) {
+    const auto why_not = zygote::PoolUnavailableReason(config::BuiltinConfig(), *host);
+    pool.state = why_not ? LayerState::kDegraded : LayerState::kAvailable;
+    pool.detail = why_not ? "executions and sessions start cold: " + *why_not
+                          : "kiln serve pre-forks sandboxes per profile (live: kiln doctor --server URL)";
+  } else {
+    pool.detail = "not probed: " + host.error().ToString();
+  }
+  layers.push_back(pool);
 
   LayerReport smoke{"sandbox smoke test", LayerState::kMissing, "", true};
   if (f.no_smoke) {
@@ -128,8 +149,49 @@ nlohmann::json DoctorReport(bool smoke_test) {
 
 namespace {
 
+// A running server's pool, from its GET /readyz ("pool": Spawner::PoolStatus).
+Result<nlohmann::json> ServerPool(const std::string& url) {
+  auto got = mcp::HttpBackend::GetPublic(url, "/readyz", std::chrono::seconds(10));
+  if (!got.ok()) {
+    Error e = std::move(got).error();
+    if (e.code == Code::kInvalidArgument) e.message = "--server: " + e.message;
+    return e;
+  }
+  const auto body = nlohmann::json::parse(got->second, nullptr, /*allow_exceptions=*/false);
+  if (!body.is_object() || !body.contains("pool") || !body["pool"].is_object()) {
+    return MakeError(Code::kUnavailable, url + "/readyz answered " + std::to_string(got->first) +
+                                             " without a pool status (not kiln serve, or an older one)");
+  }
+  return body["pool"];
+}
+
+// "default: 2 ready, 0 refilling, 1 in use (target 2); 41 taken, 3 started cold;
+// refill 38 ms (last), 42 ms (mean); 0 failed, 1 zygote start"
+std::string DescribePool(const std::string& name, const nlohmann::json& p) {
+  auto num = [&p](const char* k) { return p.value(k, 0.0); };
+  char buf[400];
+  const double refills = num("refills");
+  std::snprintf(buf, sizeof buf,
+                "%s: %.0f ready, %.0f refilling, %.0f in use (target %.0f); %.0f taken, %.0f started cold; "
+                "refill %.0f ms (last), %.0f ms (mean); %.0f failed, %.0f zygote start(s)%s",
+                name.c_str(), num("ready"), num("refilling"), num("in_use"), num("target"), num("hits"),
+                num("cold_fallbacks"), num("last_refill_ms"), refills > 0 ? num("refill_ms_total") / refills : 0.0,
+                num("failures"), num("zygote_starts"), p.value("zygote_ready", false) ? "" : "; zygote not ready");
+  return buf;
+}
+
 int DoDoctor(const DoctorFlags& f) {
-  const nlohmann::json j = DoctorReport(!f.no_smoke);
+  nlohmann::json j = DoctorReport(!f.no_smoke);
+  std::optional<Error> server_error;
+  if (!f.server.empty()) {
+    auto pool = ServerPool(f.server);
+    if (pool.ok()) {
+      j["server"] = {{"url", f.server}, {"pool", *pool}};
+    } else {
+      server_error = pool.error();
+      j["server"] = {{"url", f.server}, {"error", pool.error().ToString()}};
+    }
+  }
   if (f.json) {
     std::cout << j.dump(2) << "\n";
   } else {
@@ -137,8 +199,27 @@ int DoDoctor(const DoctorFlags& f) {
       std::cout << std::left << std::setw(22) << l["name"].get<std::string>() << std::setw(11)
                 << l["state"].get<std::string>() << l["detail"].get<std::string>() << "\n";
     }
+    if (!f.server.empty()) {
+      std::cout << "\nserver " << f.server << "\n";
+      if (server_error) {
+        std::cout << "  " << server_error->ToString() << "\n";
+      } else {
+        const auto& pool = j["server"]["pool"];
+        if (!pool.value("enabled", false)) {
+          const auto& why = pool["reason"];
+          std::cout << "  warm pool off: " << (why.is_string() ? why.get<std::string>() : "?") << "\n";
+        } else if (!pool.value("running", false)) {
+          std::cout << "  warm pool: its process is not running (restarting)\n";
+        }
+        const nlohmann::json profiles = pool.value("profiles", nlohmann::json::object());
+        for (const auto& [name, p] : profiles.items()) {
+          std::cout << "  " << DescribePool(name, p) << "\n";
+        }
+      }
+    }
     std::cout << "\nverdict: " << j["verdict"].get<std::string>() << "\n";
   }
+  if (server_error) return 2;
   return j["ready"].get<bool>() ? 0 : 1;
 }
 
@@ -149,6 +230,8 @@ void RegisterDoctor(CLI::App& app, Action* action) {
   CLI::App* doctor = app.add_subcommand("doctor", "Report which isolation layers this host gives");
   doctor->add_flag("--json", flags->json, "Print the report as JSON");
   doctor->add_flag("--no-smoke", flags->no_smoke, "Do not run a real sandbox");
+  doctor->add_option("--server", flags->server,
+                     "Also show the warm pool of the kiln serve at this URL (http://HOST:PORT)");
   doctor->callback([flags, action] { *action = [flags] { return DoDoctor(*flags); }; });
 }
 

@@ -315,6 +315,19 @@ Result<std::unique_ptr<HttpBackend>> HttpBackend::Create(HttpBackendOptions opti
   return std::unique_ptr<HttpBackend>(new HttpBackend(std::move(options), std::move(url)));
 }
 
+Result<std::pair<int, std::string>> HttpBackend::GetPublic(const std::string& url,
+                                                           const std::string& route,
+                                                           std::chrono::seconds timeout) {
+  KILN_ASSIGN_OR_RETURN(HttpUrl parsed, ParseHttpUrl(url));
+  HttpBackendOptions o;
+  o.url = url;
+  o.request_timeout = timeout;
+  HttpBackend backend(std::move(o), parsed);
+  KILN_ASSIGN_OR_RETURN(Reply r,
+                        backend.Exchange("GET", parsed.prefix + route, "", "", "", timeout));
+  return std::make_pair(r.status, std::move(r.body));
+}
+
 std::string HttpBackend::SessionPath(const std::string& session) const {
   return url_.prefix + "/v1/sessions/" + EncodePath(session);
 }
@@ -350,7 +363,7 @@ Result<HttpBackend::Reply> HttpBackend::Exchange(
   http::request<http::string_body> req{verb, target, 11};
   req.set(http::field::host, url_.host_header);
   req.set(http::field::user_agent, "kiln-mcp");
-  req.set(http::field::authorization, "Bearer " + options_.api_key);
+  if (!options_.api_key.empty()) req.set(http::field::authorization, "Bearer " + options_.api_key);
   if (!accept.empty()) req.set(http::field::accept, accept);
   if (!content_type.empty()) req.set(http::field::content_type, content_type);
   req.keep_alive(false);

@@ -76,6 +76,11 @@ class HttpBackend final : public Backend {
   Result<std::string> GetFile(const std::string& session, const std::string& path) override;
   Result<nlohmann::json> ListFiles(const std::string& session) override;
 
+  // GET of a route of kiln serve at `url` that needs no key (/readyz,
+  // /metrics: `kiln doctor --server`): the status and the body.
+  static Result<std::pair<int, std::string>> GetPublic(const std::string& url, const std::string& route,
+                                                       std::chrono::seconds timeout);
+
  private:
   struct Reply {
     int status = 0;

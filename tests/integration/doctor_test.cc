@@ -41,6 +41,12 @@ std::pair<std::string, std::string> ExpectedState(const std::string& name) {
     const auto missing = PythonModulesMissingReason({"matplotlib"});
     return {missing ? "degraded" : "available", missing.value_or("matplotlib is installed")};
   }
+  if (name == "warm pool") {
+    // kiln serve's pool needs root (a host uid per sandbox) and cgroups.
+    if (!HostIsRoot()) return {"degraded", "not root"};
+    const HostFact& c = HostCgroupControllers();
+    return {c.present ? "available" : "degraded", c.detail};
+  }
   return {"available", "any Debian 12 kernel (Linux >= 6.1) has it"};
 }
 
@@ -63,7 +69,7 @@ TEST_F(Doctor, JsonSaysReadyAndListsEveryLayer) {
   for (const char* expected :
        {"user namespace", "pid namespace", "mount namespace", "network namespace", "ipc namespace",
         "uts namespace", "cgroup namespace", "seccomp", "no_new_privs", "landlock", "cgroup",
-        "runtime", "sandbox smoke test"}) {
+        "runtime", "warm pool", "sandbox smoke test"}) {
     EXPECT_EQ(names.count(expected), 1u) << "no layer named '" << expected << "': " << p.out;
   }
 }

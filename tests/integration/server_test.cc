@@ -27,6 +27,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "testlib/host_facts.h"
 #include "testlib/http_client.h"
 #include "testlib/kiln_runner.h"
 #include "testlib/kiln_server.h"
@@ -325,6 +326,78 @@ TEST_F(Server, MetricsCountExecutionsAndRejections) {
   }
   EXPECT_TRUE(ok_line) << "no kiln_executions_total{status=\"ok\"} sample:\n" << m.body;
   EXPECT_TRUE(rate_line) << "no kiln_rejections_total{reason=\"rate\"} sample:\n" << m.body;
+}
+
+// The warm pool in plain sight: GET /readyz's "pool", the kiln_pool_* series
+// of /metrics and `kiln doctor --server` show the same per-profile counts.
+TEST_F(Server, ThePoolIsInPlainSight) {
+  const bool pool_possible = HostIsRoot() && !CgroupLimitsMissingReason();
+  // An eligible execution (the default profile's limits) takes a pooled
+  // sandbox when one is ready: within 60 s of this suite's start, one is.
+  bool hit = false;
+  json pool;
+  const auto deadline = Clock::now() + 60s;
+  do {
+    ASSERT_EQ(srv().Execute(key(), {{"code", "print(1)"}}).status, 200);
+    const HttpResponse r = srv().Get("/readyz");
+    ASSERT_EQ(r.status, 200) << r.Describe();
+    pool = Parse(r)["pool"];
+    ASSERT_TRUE(pool.is_object()) << r.Describe();
+    // A hit and the refill it asked for, reported (the pool's status follows
+    // its handoffs; the refill takes a moment).
+    hit = pool["profiles"]["default"].value("hits", 0) > 0 && pool["profiles"]["default"].value("refills", 0) > 0;
+  } while (pool_possible && !hit && Clock::now() < deadline);
+  if (!pool_possible) {
+    EXPECT_FALSE(pool.value("enabled", true)) << pool.dump();
+    EXPECT_TRUE(pool["reason"].is_string()) << pool.dump();
+    return;
+  }
+  ASSERT_TRUE(hit) << "no execution took a pooled sandbox within 60 s: " << pool.dump();
+  EXPECT_TRUE(pool.value("enabled", false)) << pool.dump();
+  EXPECT_TRUE(pool.value("running", false)) << pool.dump();
+  const json& p = pool["profiles"]["default"];
+  for (const char* k : {"ready", "refilling", "in_use", "target", "hits", "cold_fallbacks", "refills",
+                        "refill_ms_total", "last_refill_ms", "failures", "zygote_starts"}) {
+    EXPECT_TRUE(p.contains(k) && p[k].is_number()) << k << ": " << p.dump();
+  }
+  EXPECT_GE(p.value("refills", 0), 1) << p.dump();
+  EXPECT_GT(p.value("refill_ms_total", 0.0), 0.0) << p.dump();
+  EXPECT_GE(p.value("zygote_starts", 0), 1) << p.dump();
+
+  const HttpResponse m = srv().Get("/metrics");
+  ASSERT_EQ(m.status, 200) << m.Describe();
+  bool hits = false, ready = false, refills = false;
+  for (const auto& line : SampleLines(m.body, "kiln_pool_takes_total")) {
+    hits = hits || (line.find("profile=\"default\",result=\"hit\"") != std::string::npos &&
+                    std::strtod(line.c_str() + line.rfind(' ') + 1, nullptr) >= 1);
+  }
+  for (const auto& line : SampleLines(m.body, "kiln_pool_sandboxes")) {
+    ready = ready || line.find("profile=\"default\",state=\"ready\"") != std::string::npos;
+  }
+  refills = !SampleLines(m.body, "kiln_pool_refills_total").empty() &&
+            !SampleLines(m.body, "kiln_pool_refill_seconds_total").empty();
+  EXPECT_TRUE(hits) << m.body;
+  EXPECT_TRUE(ready) << m.body;
+  EXPECT_TRUE(refills) << m.body;
+
+  // kiln doctor --server reads the same status.
+  const std::string url = "http://127.0.0.1:" + std::to_string(srv().port());
+  ProcessOptions o;
+  o.timeout = 60s;
+  const ProcessResult d = RunKiln({"doctor", "--json", "--no-smoke", "--server", url}, o);
+  const json dj = json::parse(d.out, nullptr, false);
+  ASSERT_TRUE(dj.is_object()) << d.out << d.err;
+  EXPECT_TRUE(dj["server"]["pool"]["profiles"]["default"].is_object()) << d.out;
+  const ProcessResult plain = RunKiln({"doctor", "--no-smoke", "--server", url}, o);
+  EXPECT_NE(plain.out.find("default: "), std::string::npos) << plain.out;
+  EXPECT_NE(plain.out.find(" ready, "), std::string::npos) << plain.out;
+  // A server that is not there: an error naming it, exit 2.
+  const ProcessResult gone = RunKiln({"doctor", "--no-smoke", "--server", "http://127.0.0.1:1"}, o);
+  EXPECT_EQ(gone.exit_code, 2) << gone.out << gone.err;
+  EXPECT_NE(gone.out.find("127.0.0.1:1"), std::string::npos) << gone.out;
+  const ProcessResult bad = RunKiln({"doctor", "--no-smoke", "--server", "ftp://x"}, o);
+  EXPECT_EQ(bad.exit_code, 2) << bad.out << bad.err;
+  EXPECT_NE(bad.out.find("--server"), std::string::npos) << bad.out;
 }
 
 // --- POST /v1/execute: the happy path -------------------------------------------

@@ -23,7 +23,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= json_depth frame cell_outputs setup_record pool_handoff job_request http_request \
   workspace_path mcp_engine config
 
-.PHONY: all deps build test test-unit test-integration test-escape serve doctor bench bench-pool asan fuzz clean
+.PHONY: all deps build test test-unit test-integration test-escape serve doctor bench bench-pool bench-sessions asan fuzz clean
 
 all: build
 
@@ -61,6 +61,11 @@ bench: build
 	$(PYTHON) bench/run_bench.py --kiln ./$(BUILD_DIR)/kiln
 	$(PYTHON) bench/http_bench.py --kiln ./$(BUILD_DIR)/kiln
 	$(PYTHON) bench/pool_bench.py --kiln ./$(BUILD_DIR)/kiln
+	$(PYTHON) bench/session_bench.py --kiln ./$(BUILD_DIR)/kiln
+
+# Sessions from the pool against cold sessions and bare Python (bench/README.md), as root.
+bench-sessions: build
+	$(PYTHON) bench/session_bench.py --kiln ./$(BUILD_DIR)/kiln
 
 # The warm pool alone: (a)-(e) of bench/pool_bench.py (bench/README.md), as root.
 bench-pool: build

@@ -75,6 +75,39 @@ def _preload(names):
     return failures
 
 
+def _warm_up():
+    """Runs, once and in a throwaway namespace, what a typical first cell's
+    libraries do lazily on first use, so that every child finds it done (and
+    shared) instead of paying for it in its first cell: pandas imports most of
+    what describe(), arithmetic and its reprs need only when first called, and
+    matplotlib loads its font and renders its first figure slowly.  kiln's own
+    fixed code, no thread started, nothing left behind (figures closed, no
+    global bound).  A failure costs only the speed-up.
+    """
+    pd = sys.modules.get("pandas")
+    if pd is not None:
+        try:
+            df = pd.DataFrame({"a": range(100), "b": [i * 0.5 for i in range(100)], "c": ["x"] * 100})
+            d = df.describe()
+            repr(d), d._repr_html_(), repr(df), df._repr_html_()  # noqa: B018
+            repr(df["a"] * 2 + df["b"]), df.groupby("c").sum(), df.sort_values("b")  # noqa: B018
+        except Exception as exc:  # noqa: BLE001
+            sys.stderr.write("kiln zygote: pandas warm-up: %s: %s\n" % (type(exc).__name__, exc))
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is not None:
+        try:
+            import io
+
+            fig = plt.figure()
+            plt.plot([1, 2, 3], [1, 4, 9], label="x")
+            plt.title("t")
+            plt.legend()
+            fig.savefig(io.BytesIO(), format="png")
+            plt.close("all")
+        except Exception as exc:  # noqa: BLE001
+            sys.stderr.write("kiln zygote: matplotlib warm-up: %s: %s\n" % (type(exc).__name__, exc))
+
+
 def _reseed():
     """Every generator a sandbox could share with its siblings, seeded afresh.
 
@@ -183,6 +216,7 @@ def main(argv):
     if sys.flags.no_site:
         launch._site()
     failures = _preload(preload)
+    _warm_up()
     # Forks are reaped by the kernel: a child's first process exits as soon as
     # the sandbox's pid 1 exists, and nothing here waits for it.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)

@@ -93,6 +93,9 @@ void RunChild(const ChildPlan& plan) {
   //     child's /proc files belong to root, and an unprivileged supervisor
   //     could not write the maps. (The worker's execve makes it dumpable.)
   KILN_CHILD_STEP(SetupStep::kWaitParent, ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0));
+  //     Executable memfds off for our pid namespace (and, for a zygote's pid
+  //     1, every sandbox's below it), while our euid is still the host's.
+  (void)SetMemfdNoexecInChild();
   // C3. Detach copies of the bind sources that may sit anywhere on the host
   //     (kiln's runtime directory), while we still have the supervisor's host
   //     identity and can reach them.

@@ -67,6 +67,16 @@ int WaitForRecord(SyncTag tag) {
   return 0;
 }
 
+int SetMemfdNoexecInChild() {
+  const int fd = ::open("/proc/sys/vm/memfd_noexec", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  const ssize_t n = ::write(fd, "2", 1);
+  const int e = errno;
+  ::close(fd);
+  errno = e;
+  return n == 1 ? 0 : -1;
+}
+
 int SendWorkspaceFd() {
   int fd = ::open(isolation::kWorkspacePath, O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return -1;

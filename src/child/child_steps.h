@@ -54,6 +54,16 @@ inline void ApplyMountOpsOrFail(const isolation::MountOp* ops, size_t count) {
 // Sends an O_PATH fd of /workspace to the supervisor (kWorkspaceFd record).
 int SendWorkspaceFd();
 
+// vm.memfd_noexec = 2 for our pid namespace (kernel >= 6.3; pid namespaces
+// made below it inherit at least that): a memfd is created sealed
+// non-executable, and asking for an executable one is refused, so code
+// written into memory cannot be exec'd as /proc/self/fd/N. Only while our
+// euid is still the host's root (the supervisor's, before the inside ids are
+// set): sysctl files are writable by the host's root alone. Best effort:
+// -1 with errno where the kernel has no such sysctl or we are not root
+// (doctor reports the host's value).
+int SetMemfdNoexecInChild();
+
 // Moves the four fds the sandbox keeps to kCodeFd, kSyncFd, kStdoutFd and
 // kStderrFd (through a high range first, so no dup3 clobbers another
 // source), points 0, 1 and 2 at /dev/null and closes every other fd.

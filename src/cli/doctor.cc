@@ -86,6 +86,17 @@ nlohmann::json DoctorReport(bool smoke_test) {
     pool.detail = "not probed: " + host.error().ToString();
   }
   layers.push_back(pool);
+  // Executable memfds off in each sandbox's pid namespace (child_steps.h).
+  LayerReport memfd{"memfd noexec", LayerState::kDegraded, "", false};
+  if (::access("/proc/sys/vm/memfd_noexec", F_OK) != 0) {
+    memfd.detail = "the kernel has no vm.memfd_noexec (Linux < 6.3): code written to a memfd can be exec'd";
+  } else if (::geteuid() != 0) {
+    memfd.detail = "only a root kiln sets vm.memfd_noexec = 2 in its sandboxes: code written to a memfd can be exec'd";
+  } else {
+    memfd.state = LayerState::kAvailable;
+    memfd.detail = "vm.memfd_noexec = 2 in every sandbox's pid namespace";
+  }
+  layers.push_back(memfd);
 
   LayerReport smoke{"sandbox smoke test", LayerState::kMissing, "", true};
   if (f.no_smoke) {

@@ -19,8 +19,16 @@ constexpr uint64_t kFsAbi1 =
     LANDLOCK_ACCESS_FS_MAKE_SOCK | LANDLOCK_ACCESS_FS_MAKE_FIFO | LANDLOCK_ACCESS_FS_MAKE_BLOCK |
     LANDLOCK_ACCESS_FS_MAKE_SYM;
 
-constexpr uint64_t kReadExec =
-    LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR;
+constexpr uint64_t kRead = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR;
+
+// The only trees whose files may be executed: the read-only system tree (and
+// the top-level directories a non-merged-/usr host binds instead of links)
+// and kiln's own (the pooled sandbox's pid 1 execs kiln-sandbox-init there).
+// Nothing written in the sandbox is executable, whatever the mount flags: a
+// copy in /tmp or /workspace, a memfd exec'd as /proc/self/fd/N (its file is
+// beneath none of these).
+constexpr const char* kExecutableTrees[] = {"/usr",   "/bin",  "/sbin",   "/lib",
+                                            "/lib32", "/lib64", "/libx32", "/opt/kiln"};
 
 int AddRule(int ruleset, const char* path, uint64_t access) {
   int fd = ::open(path, O_PATH | O_CLOEXEC);
@@ -73,9 +81,14 @@ int ApplyLandlockInChild(const LandlockPlan& plan) {
                                              LANDLOCK_ACCESS_FS_WRITE_FILE |
                                              LANDLOCK_ACCESS_FS_TRUNCATE |
                                              LANDLOCK_ACCESS_FS_IOCTL_DEV);
-  int rc = AddRule(ruleset, "/", kReadExec);
+  int rc = AddRule(ruleset, "/", kRead);
+  for (const char* p : kExecutableTrees) {
+    if (rc != 0) break;
+    rc = AddRule(ruleset, p, kRead | LANDLOCK_ACCESS_FS_EXECUTE);
+    if (rc != 0 && errno == ENOENT) rc = 0;  // this host has no such tree
+  }
   for (const char* p : {kWorkspacePath, kTmpPath, kShmPath}) {
-    if (rc == 0) rc = AddRule(ruleset, p, writable);
+    if (rc == 0) rc = AddRule(ruleset, p, writable & ~LANDLOCK_ACCESS_FS_EXECUTE);
   }
   char path[32];
   for (const char* node : kDeviceNodes) {

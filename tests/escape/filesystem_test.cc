@@ -198,6 +198,37 @@ for d in ("/tmp", "/workspace", "/dev/shm"):
       << r.Describe();
 }
 
+TEST_F(FilesystemEscape, NothingWrittenInTheSandboxIsExecutable) {
+  // Layer: Landlock grants execute only beneath the read-only trees (/usr,
+  // kiln's own), so a copy that dodges a mount flag still cannot run; a memfd
+  // (on no mount of the sandbox's) is refused by vm.memfd_noexec = 2 in the
+  // sandbox's pid namespace: created sealed non-executable, MFD_EXEC refused.
+  // The sysctl needs kernel >= 6.3 and a root supervisor (it is set while
+  // pid 1's euid is still the host's root).
+  std::error_code ec;
+  if (!std::filesystem::exists("/proc/sys/vm/memfd_noexec", ec)) {
+    GTEST_SKIP() << "the kernel has no vm.memfd_noexec (Linux < 6.3)";
+  }
+  if (::geteuid() != 0) GTEST_SKIP() << "vm.memfd_noexec is set for the sandbox only by a root kiln";
+  const JsonRun r = RunProbe(R"PY(
+import subprocess
+fd = os.memfd_create("copy", 0)
+os.write(fd, open("/usr/bin/true", "rb").read())
+try:
+    subprocess.run(["/proc/self/fd/%d" % fd], pass_fds=(fd,))
+    print("memfd: ran")
+except PermissionError as e:
+    print("memfd: PermissionError " + errname(e.errno))
+try:
+    os.memfd_create("exec", 0x10)  # MFD_EXEC
+    print("MFD_EXEC: created")
+except OSError as e:
+    print("MFD_EXEC: " + errname(e.errno))
+)PY");
+  ASSERT_EQ(r.status(), "ok") << r.Describe();
+  EXPECT_EQ(r.out(), "memfd: PermissionError EACCES\nMFD_EXEC: EACCES\n") << r.Describe();
+}
+
 TEST_F(FilesystemEscape, DevHoldsOnlyTheHarmlessNodes) {
   // Layer: the /dev tmpfs (read-only) with five bound nodes; device nodes
   // cannot be created in a user namespace, so nothing else can appear.

@@ -4,6 +4,7 @@
 // where kiln runs without it by design (an unprivileged user, an older
 // Landlock ABI, no cgroups for a non-root user). A host without a layer that
 // kiln requires skips the fixture (SandboxTest).
+#include <filesystem>
 #include <set>
 #include <string>
 #include <utility>
@@ -41,6 +42,11 @@ std::pair<std::string, std::string> ExpectedState(const std::string& name) {
     const auto missing = PythonModulesMissingReason({"matplotlib"});
     return {missing ? "degraded" : "available", missing.value_or("matplotlib is installed")};
   }
+  if (name == "memfd noexec") {
+    std::error_code ec;
+    if (!std::filesystem::exists("/proc/sys/vm/memfd_noexec", ec)) return {"degraded", "Linux < 6.3"};
+    return {HostIsRoot() ? "available" : "degraded", HostIsRoot() ? "root, Linux >= 6.3" : "not root"};
+  }
   if (name == "warm pool") {
     // kiln serve's pool needs root (a host uid per sandbox) and cgroups.
     if (!HostIsRoot()) return {"degraded", "not root"};
@@ -69,7 +75,7 @@ TEST_F(Doctor, JsonSaysReadyAndListsEveryLayer) {
   for (const char* expected :
        {"user namespace", "pid namespace", "mount namespace", "network namespace", "ipc namespace",
         "uts namespace", "cgroup namespace", "seccomp", "no_new_privs", "landlock", "cgroup",
-        "runtime", "warm pool", "sandbox smoke test"}) {
+        "runtime", "warm pool", "memfd noexec", "sandbox smoke test"}) {
     EXPECT_EQ(names.count(expected), 1u) << "no layer named '" << expected << "': " << p.out;
   }
 }

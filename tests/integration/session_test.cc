@@ -12,6 +12,7 @@
 #include <fstream>
 #include <future>
 #include <random>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -350,6 +351,30 @@ TEST_F(Sessions, PooledSessionsAreApartFromEachOther) {
     r = Exec(id, "import os\nset(int(p) for p in os.listdir('/proc') if p.isdigit()) <= {1, os.getpid()}",
              std::nullopt, nullptr, key);
     EXPECT_EQ(TextOf(r), "True") << r.dump();
+  }
+  // Siblings are forks of one zygote: every generator seeded at import is
+  // seeded afresh in each (random, numpy's global RandomState,
+  // multiprocessing's authkey), so none hands out its sibling's numbers.
+  const std::string draw =
+      "import random, multiprocessing\n"
+      "v = [random.random(), multiprocessing.current_process().authkey.hex()]\n"
+      "try:\n"
+      "    import numpy\n"
+      "    v.append(float(numpy.random.rand()))\n"
+      "except ImportError:\n"
+      "    v.append(None)\n"
+      "print(v)";
+  const json da = Exec(a, draw);
+  const json db = Exec(b, draw, std::nullopt, nullptr, shared_->other);
+  ASSERT_EQ(da.value("status", ""), "ok") << da.dump();
+  ASSERT_EQ(db.value("status", ""), "ok") << db.dump();
+  const json va = json::parse(std::regex_replace(da.value("stdout", ""), std::regex("'"), "\""), nullptr, false);
+  const json vb = json::parse(std::regex_replace(db.value("stdout", ""), std::regex("'"), "\""), nullptr, false);
+  ASSERT_TRUE(va.is_array() && vb.is_array() && va.size() == 3 && vb.size() == 3) << da.dump() << db.dump();
+  EXPECT_NE(va[0], vb[0]) << "random.random() is the same in two siblings";
+  EXPECT_NE(va[1], vb[1]) << "multiprocessing's authkey is the same in two siblings";
+  if (!va[2].is_null()) {
+    EXPECT_NE(va[2], vb[2]) << "numpy.random.rand() is the same in two siblings";
   }
   EXPECT_EQ(Call("DELETE", "/v1/sessions/" + a).status, 204);
   EXPECT_EQ(Call("DELETE", "/v1/sessions/" + b, "", shared_->other).status, 204);

@@ -137,11 +137,17 @@ void AddPrivateMounts(Builder& b, MountPlan& plan, const MountLayout& layout) {
     for (const char* f : {"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug",
                           "/proc/latency_stats", "/proc/sysrq-trigger", "/proc/kallsyms",
                           "/proc/kmsg", "/proc/config.gz", "/proc/vmallocinfo", "/proc/slabinfo",
-                          "/proc/pagetypeinfo", "/proc/iomem", "/proc/ioports"}) {
+                          "/proc/pagetypeinfo", "/proc/iomem", "/proc/ioports",
+                          // Host-wide state that tells of other tenants' work
+                          // (a side channel) or of the host: masked as gVisor
+                          // fakes them. os.getloadavg() then raises OSError.
+                          "/proc/loadavg", "/proc/buddyinfo", "/proc/zoneinfo", "/proc/interrupts",
+                          "/proc/softirqs", "/proc/diskstats", "/proc/partitions", "/proc/cmdline",
+                          "/proc/schedstat", "/proc/swaps"}) {
       b.Op(MountOpKind::kMaskFile, SetupStep::kMountProc, "/dev/null", f);
     }
     for (const char* d : {"/proc/acpi", "/proc/scsi", "/proc/bus", "/proc/irq", "/proc/fs",
-                          "/proc/driver", "/proc/asound", "/proc/tty", "/proc/sys"}) {
+                          "/proc/driver", "/proc/asound", "/proc/tty", "/proc/sys", "/proc/pressure"}) {
       b.Op(MountOpKind::kMaskDir, SetupStep::kMountProc, "", d);
     }
   }

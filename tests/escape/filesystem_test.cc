@@ -261,7 +261,10 @@ TEST_F(FilesystemEscape, SensitiveProcFilesAreMasked) {
   // covered with /dev/null (files) or an empty read-only tmpfs (directories),
   // as runc does. An entry the host kernel does not have (no /proc/kcore
   // without CONFIG_PROC_KCORE, no /proc/acpi with acpi=off) must stay absent.
-  const char* files[] = {"kcore", "keys", "timer_list", "kallsyms", "kmsg", "sysrq-trigger"};
+  const char* files[] = {"kcore", "keys", "timer_list", "kallsyms", "kmsg", "sysrq-trigger",
+                         // host-wide state: other tenants' load, the host's disks and boot line
+                         "loadavg", "buddyinfo", "zoneinfo", "interrupts", "softirqs", "diskstats",
+                         "partitions", "cmdline", "schedstat", "swaps"};
   std::string code = "for name in [";
   std::string expected;
   for (const char* f : files) {
@@ -278,14 +281,14 @@ TEST_F(FilesystemEscape, SensitiveProcFilesAreMasked) {
         print(name + (": masked" if st.st_rdev == null and data == b"" else ": READABLE"))
     except OSError as e:
         print(name + ": " + errname(e.errno))
-for d in ("sys", "fs", "irq", "bus", "acpi"):
+for d in ("sys", "fs", "irq", "bus", "acpi", "pressure"):
     try:
         print(d + ":", os.listdir("/proc/" + d))
     except OSError as e:
         print(d + ": " + errname(e.errno))
 attempt("write /proc/sys/kernel/hostname", lambda: open("/proc/sys/kernel/hostname", "w"))
 )PY";
-  for (const char* d : {"sys", "fs", "irq", "bus", "acpi"}) {
+  for (const char* d : {"sys", "fs", "irq", "bus", "acpi", "pressure"}) {
     const bool on_host = std::filesystem::is_directory(std::string("/proc/") + d);
     expected += std::string(d) + (on_host ? ": []\n" : ": ENOENT\n");
   }

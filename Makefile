@@ -13,7 +13,7 @@ BUILD_PKGS := cmake g++ make pkg-config libseccomp-dev nlohmann-json3-dev libboo
   libgtest-dev libgmock-dev prometheus-cpp-dev
 PYTHON_PKGS := python3 python3-numpy python3-pandas python3-matplotlib python3-scipy \
   python3-sklearn python3-sympy python3-pil python3-openpyxl python3-requests fonts-dejavu-core
-TEST_PKGS := bubblewrap procps curl wrk
+TEST_PKGS := bubblewrap procps curl wrk clang-format-16
 DEPS := $(BUILD_PKGS) $(PYTHON_PKGS) $(TEST_PKGS)
 
 # Fuzzing (fuzz/README.md): Debian's clang and libFuzzer, in a build of their own.

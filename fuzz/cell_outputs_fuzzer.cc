@@ -68,7 +68,8 @@ void CheckOutputs(const CellOutputs& c, const kiln::policy::DisplayLimits& limit
       if (type == "execute_result") FUZZ_CHECK(Member(o, "execution_count").is_number_integer());
       if (d.contains("image/png")) {
         ++images;
-        image_bytes += kiln::supervisor::Base64DecodedSize(Member(d, "image/png").get<std::string>());
+        image_bytes +=
+            kiln::supervisor::Base64DecodedSize(Member(d, "image/png").get<std::string>());
       }
     } else {
       FUZZ_CHECK(type == "error");
@@ -119,7 +120,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const json& last = c.outputs().back();
         FUZZ_CHECK(Member(last, "name") == name);
         const std::string merged = Member(last, "text").get<std::string>();
-        FUZZ_CHECK(merged.size() >= text.size() && merged.compare(merged.size() - text.size(), text.size(), text) == 0);
+        FUZZ_CHECK(merged.size() >= text.size() &&
+                   merged.compare(merged.size() - text.size(), text.size(), text) == 0);
       }
       CheckOutputs(c, limits);
       continue;
@@ -131,7 +133,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const size_t outputs_before = c.outputs().size();
     const json& type = Member(*frame, "type");
     const bool image = (type == "display_data" || type == "execute_result") &&
-                       Member(*frame, "data").is_object() && Member(*frame, "data").contains("image/png");
+                       Member(*frame, "data").is_object() &&
+                       Member(*frame, "data").contains("image/png");
     auto verdict = c.OnFrame(*frame, line.size() + 4);
     if (!verdict.ok()) {
       FUZZ_CHECK(verdict.error().code == kiln::Code::kInvalidArgument);

@@ -41,9 +41,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(c->Find(c->server.default_profile).ok());
 
   const auto& s = c->server;
-  FUZZ_CHECK(Duration(s.queue_timeout_s) && Duration(s.client_timeout_s) && Duration(s.shutdown_grace_s) &&
-             Duration(s.session_idle_ttl_s) && Duration(s.session_max_lifetime_s) &&
-             Duration(s.interrupt_grace_s));
+  FUZZ_CHECK(Duration(s.queue_timeout_s) && Duration(s.client_timeout_s) &&
+             Duration(s.shutdown_grace_s) && Duration(s.session_idle_ttl_s) &&
+             Duration(s.session_max_lifetime_s) && Duration(s.interrupt_grace_s));
   for (int n : {s.concurrency, s.queue, s.retention_days, s.max_connections, s.max_sessions}) {
     FUZZ_CHECK(n >= 0 && n <= 100000);
   }

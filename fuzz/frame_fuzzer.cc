@@ -33,7 +33,9 @@ std::vector<std::string_view> Cut(std::string_view stream, size_t max, bool* ove
   *over = false;
   size_t at = 0;
   while (stream.size() - at >= 4) {
-    const auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<unsigned char>(stream[at + i])); };
+    const auto b = [&](size_t i) {
+      return static_cast<uint32_t>(static_cast<unsigned char>(stream[at + i]));
+    };
     const uint32_t n = (b(0) << 24) | (b(1) << 16) | (b(2) << 8) | b(3);
     if (n > max) {
       *over = true;

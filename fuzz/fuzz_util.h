@@ -41,7 +41,7 @@ inline uint8_t TakeByte(std::string_view* text) {
 }  // namespace kiln::fuzz
 
 // A promise of the decoder under test; abort() when it is broken.
-#define FUZZ_CHECK(cond)                                                \
-  do {                                                                  \
-    if (!(cond)) ::kiln::fuzz::Fail(__FILE__, __LINE__, #cond);         \
+#define FUZZ_CHECK(cond)                                        \
+  do {                                                          \
+    if (!(cond)) ::kiln::fuzz::Fail(__FILE__, __LINE__, #cond); \
   } while (0)

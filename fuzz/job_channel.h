@@ -38,15 +38,15 @@ inline bool SameLimits(const config::LimitSpec& a, const config::LimitSpec& b) {
 }
 
 inline bool SameRequest(const spawner::ExecRequest& a, const spawner::ExecRequest& b) {
-  return a.id == b.id && a.profile == b.profile && SameLimits(a.limits, b.limits) && a.code == b.code &&
-         a.filename == b.filename && a.files == b.files && a.return_files == b.return_files &&
-         a.env == b.env && a.stream == b.stream;
+  return a.id == b.id && a.profile == b.profile && SameLimits(a.limits, b.limits) &&
+         a.code == b.code && a.filename == b.filename && a.files == b.files &&
+         a.return_files == b.return_files && a.env == b.env && a.stream == b.stream;
 }
 
 inline bool SameSessionRequest(const spawner::SessionRequest& a, const spawner::SessionRequest& b) {
-  return a.id == b.id && a.profile == b.profile && SameLimits(a.limits, b.limits) && a.env == b.env &&
-         a.max_lifetime_s == b.max_lifetime_s && a.interrupt_grace_s == b.interrupt_grace_s &&
-         a.max_file_bytes == b.max_file_bytes;
+  return a.id == b.id && a.profile == b.profile && SameLimits(a.limits, b.limits) &&
+         a.env == b.env && a.max_lifetime_s == b.max_lifetime_s &&
+         a.interrupt_grace_s == b.interrupt_grace_s && a.max_file_bytes == b.max_file_bytes;
 }
 
 // What the supervisor decodes of `r` as the server sends it; must be `r`.

@@ -7,9 +7,8 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "base/json_depth.h"
 #include "fuzz_util.h"
@@ -72,7 +71,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // "[]\0[[" as "[]"), while JsonDepth counts every byte: past a NUL it may
   // only say more, never less.
   if (valid) {
-    FUZZ_CHECK(text.find('\0') == std::string_view::npos ? sax.deepest() == full : sax.deepest() <= full);
+    FUZZ_CHECK(text.find('\0') == std::string_view::npos ? sax.deepest() == full
+                                                         : sax.deepest() <= full);
   }
   return 0;
 }

@@ -60,7 +60,8 @@ class ScriptedBackend final : public kiln::mcp::Backend {
                        const std::function<void(const json&)>& on_event) override {
     {
       std::lock_guard<std::mutex> lock(m_);
-      if (live_.count(session) == 0) return MakeError(Code::kNotFound, "session " + session + " is gone");
+      if (live_.count(session) == 0)
+        return MakeError(Code::kNotFound, "session " + session + " is gone");
       if (code == "gone") {
         live_.erase(session);
         return MakeError(Code::kNotFound, "session " + session + " was reaped");
@@ -79,8 +80,8 @@ class ScriptedBackend final : public kiln::mcp::Backend {
     if (!code.empty() && code.front() == '{') {
       if (auto j = kiln::mcp::jsonrpc::Parse(code); j && j->is_object()) return *j;
     }
-    json r = {{"status", "ok"},         {"stdout", code + "\n"},  {"stderr", ""},
-              {"outputs", json::array()}, {"error", nullptr},       {"execution_count", 1},
+    json r = {{"status", "ok"},           {"stdout", code + "\n"}, {"stderr", ""},
+              {"outputs", json::array()}, {"error", nullptr},      {"execution_count", 1},
               {"session_state", "kept"},  {"session_id", session}};
     if (code == "lost") {
       r["status"] = "memory_limit";
@@ -91,7 +92,8 @@ class ScriptedBackend final : public kiln::mcp::Backend {
     return r;
   }
   Status Interrupt(const std::string&) override { return OkStatus(); }
-  Status PutFile(const std::string& session, const std::string& path, const std::string& bytes) override {
+  Status PutFile(const std::string& session, const std::string& path,
+                 const std::string& bytes) override {
     std::lock_guard<std::mutex> lock(m_);
     if (live_.count(session) == 0) return MakeError(Code::kNotFound, "session gone");
     if (path == "full") return MakeError(Code::kResourceExhausted, "over the workspace");
@@ -114,7 +116,8 @@ class ScriptedBackend final : public kiln::mcp::Backend {
       if (auto j = kiln::mcp::jsonrpc::Parse(it->second)) return *j;
     }
     json list = json::array();
-    for (const auto& [p, b] : files) list.push_back({{"path", p}, {"size", b.size()}, {"directory", false}});
+    for (const auto& [p, b] : files)
+      list.push_back({{"path", p}, {"size", b.size()}, {"directory", false}});
     return json{{"files", list}};
   }
 
@@ -172,7 +175,8 @@ void CheckMessage(const json& m, bool is_final, const json& request_id) {
     FUZZ_CHECK(m.contains("params") && m["params"].contains("progressToken"));
     return;
   }
-  FUZZ_CHECK(m.contains("id") && (m["id"].is_null() || m["id"].is_string() || m["id"].is_number_integer()));
+  FUZZ_CHECK(m.contains("id") &&
+             (m["id"].is_null() || m["id"].is_string() || m["id"].is_number_integer()));
   if (!request_id.is_null()) FUZZ_CHECK(m["id"] == request_id);
   FUZZ_CHECK(m.contains("result") != m.contains("error"));
   if (m.contains("error")) {

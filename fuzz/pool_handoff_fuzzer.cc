@@ -27,7 +27,8 @@ using kiln::fuzz::RecordShape;
 void CheckHandoff(const kiln::zygote::Handoff& h, size_t fds_sent) {
   FUZZ_CHECK(fds_sent == 6);
   const auto& a = h.sandbox;
-  for (const kiln::UniqueFd* fd : {&a.init_pidfd, &a.sync, &a.runtime, &a.out, &a.err, &a.workspace}) {
+  for (const kiln::UniqueFd* fd :
+       {&a.init_pidfd, &a.sync, &a.runtime, &a.out, &a.err, &a.workspace}) {
     FUZZ_CHECK(fd->valid());
   }
   FUZZ_CHECK(h.profile.size() <= 64 && h.profile.find('\0') == std::string::npos);
@@ -55,7 +56,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (from.status) {
         FUZZ_CHECK(shape.fds == 0);
         const auto& s = *from.status;
-        FUZZ_CHECK(!s.profile.empty() && s.profile.size() <= 64 && s.profile.find('\0') == std::string::npos);
+        FUZZ_CHECK(!s.profile.empty() && s.profile.size() <= 64 &&
+                   s.profile.find('\0') == std::string::npos);
         FUZZ_CHECK(std::isfinite(s.refill_ms_total) && s.refill_ms_total >= 0);
         FUZZ_CHECK(std::isfinite(s.last_refill_ms) && s.last_refill_ms >= 0);
       }

@@ -20,7 +20,7 @@ namespace kiln::fuzz {
 
 // How a record is sent: byte 0 of the input.
 struct RecordShape {
-  size_t fds = 0;        // attached, up to 15 (the receivers take 1 or 6)
+  size_t fds = 0;  // attached, up to 15 (the receivers take 1 or 6)
   bool credentials = false;
   bool close_after = false;  // the sender hangs up after the record
 

@@ -23,7 +23,8 @@ bool RunFile(const std::filesystem::path& path) {
     std::fprintf(stderr, "replay: cannot read %s\n", path.c_str());
     return false;
   }
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                                std::istreambuf_iterator<char>());
   // An exact-size heap copy, as libFuzzer passes it. The name goes first, so
   // that a failing input is named on the test's output.
   const std::vector<uint8_t> data(bytes.begin(), bytes.end());
@@ -49,7 +50,8 @@ int main(int argc, char** argv) {
     }
   }
   if (files.empty()) {
-    std::fprintf(stderr, "usage: %s FILE|DIR...: runs the fuzz target once on each file\n", argv[0]);
+    std::fprintf(stderr, "usage: %s FILE|DIR...: runs the fuzz target once on each file\n",
+                 argv[0]);
     return 2;
   }
   std::sort(files.begin(), files.end());

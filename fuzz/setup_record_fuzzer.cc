@@ -49,8 +49,7 @@ void Decode(const Received& m) {
     case SyncTag::kMapsWritten:
     case SyncTag::kAttachMe:
     case SyncTag::kAttached:
-    default:
-      break;
+    default: break;
   }
 }
 

@@ -211,7 +211,8 @@ TEST(Admission, NewcomerDoesNotBargePastTheQueue) {
   EXPECT_EQ(c->active(), 1);
   auto late = c->Acquire("t");
   EXPECT_TRUE(late.ok());
-  EXPECT_TRUE(waiter_releasing.load()) << "the newcomer was admitted while the waiter held the slot";
+  EXPECT_TRUE(waiter_releasing.load())
+      << "the newcomer was admitted while the waiter held the slot";
 }
 
 TEST(Admission, QueueFullIsA503WithRetryAfter) {

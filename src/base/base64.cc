@@ -19,7 +19,8 @@ std::string Base64Encode(std::string_view bytes) {
   }
   if (i < bytes.size()) {
     uint32_t n = static_cast<uint32_t>(static_cast<unsigned char>(bytes[i])) << 16;
-    if (i + 1 < bytes.size()) n |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
+    if (i + 1 < bytes.size())
+      n |= static_cast<uint32_t>(static_cast<unsigned char>(bytes[i + 1])) << 8;
     out.push_back(kAlphabet[(n >> 18) & 63]);
     out.push_back(kAlphabet[(n >> 12) & 63]);
     out.push_back(i + 1 < bytes.size() ? kAlphabet[(n >> 6) & 63] : '=');

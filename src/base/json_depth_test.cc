@@ -1,8 +1,8 @@
 #include "base/json_depth.h"
 
-#include <string>
-
 #include <gtest/gtest.h>
+
+#include <string>
 
 namespace kiln {
 namespace {

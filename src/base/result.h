@@ -39,9 +39,9 @@ std::string_view ToString(Code code);
 
 struct Error {
   Code code = Code::kUnknown;
-  int sys_errno = 0;             // 0 when no system call failed
+  int sys_errno = 0;  // 0 when no system call failed
   SetupStep step = SetupStep::kNone;
-  std::string message;           // names the call or field that failed
+  std::string message;  // names the call or field that failed
 
   // "message: strerror (step)" for logs and CLI output.
   std::string ToString() const;
@@ -56,12 +56,14 @@ inline Error InvalidArgument(std::string message) {
 inline Error FailedPrecondition(std::string message) {
   return MakeError(Code::kFailedPrecondition, std::move(message));
 }
-inline Error Internal(std::string message) { return MakeError(Code::kInternal, std::move(message)); }
+inline Error Internal(std::string message) {
+  return MakeError(Code::kInternal, std::move(message));
+}
 
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}      // NOLINT(google-explicit-constructor)
   Result(Error error) : v_(std::move(error)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const { return v_.index() == 0; }
@@ -84,7 +86,8 @@ template <>
 class [[nodiscard]] Result<void> {
  public:
   Result() = default;
-  Result(Error error) : error_(std::move(error)), ok_(false) {}  // NOLINT(google-explicit-constructor)
+  Result(Error error)
+      : error_(std::move(error)), ok_(false) {}  // NOLINT(google-explicit-constructor)
   bool ok() const { return ok_; }
   explicit operator bool() const { return ok_; }
   const Error& error() const& { return error_; }
@@ -104,12 +107,12 @@ inline Status OkStatus() { return {}; }
 #define KILN_CONCAT(a, b) KILN_CONCAT_INNER(a, b)
 
 // Returns the error of `expr` (a Result) from the enclosing function.
-#define KILN_TRY(expr)                                  \
-  do {                                                  \
-    auto kiln_try_result_ = (expr);                     \
-    if (!kiln_try_result_.ok()) {                       \
-      return std::move(kiln_try_result_).error();       \
-    }                                                   \
+#define KILN_TRY(expr)                            \
+  do {                                            \
+    auto kiln_try_result_ = (expr);               \
+    if (!kiln_try_result_.ok()) {                 \
+      return std::move(kiln_try_result_).error(); \
+    }                                             \
   } while (0)
 
 #define KILN_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \

@@ -22,7 +22,8 @@ Result<uint64_t> ParseSize(std::string_view text) {
   const std::string quoted = "'" + std::string(text) + "'";
   if (s.empty()) return InvalidArgument("empty size");
   size_t digits = 0;
-  while (digits < s.size() && (std::isdigit(static_cast<unsigned char>(s[digits])) || s[digits] == '.')) {
+  while (digits < s.size() &&
+         (std::isdigit(static_cast<unsigned char>(s[digits])) || s[digits] == '.')) {
     ++digits;
   }
   if (digits == 0) return InvalidArgument("size " + quoted + " does not start with a number");

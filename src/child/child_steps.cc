@@ -12,9 +12,9 @@
 #include <cerrno>
 #include <climits>
 
-#include "sys/fd_passing.h"
 #include "child/child_plan.h"
 #include "isolation/mount_ns.h"
+#include "sys/fd_passing.h"
 #include "sys/syscalls.h"
 
 namespace kiln::child {

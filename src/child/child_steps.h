@@ -10,8 +10,8 @@
 #include <cstddef>
 
 #include "base/setup_step.h"
-#include "isolation/mount_ns.h"
 #include "child/sync_message.h"
+#include "isolation/mount_ns.h"
 
 namespace kiln::child {
 
@@ -27,9 +27,9 @@ void Send(const SyncMessage& m);
 // SyncMessage{kFailure, step, err, detail}, then _exit(127).
 [[noreturn]] void Fail(SetupStep step, int err, int detail = -1);
 
-#define KILN_CHILD_STEP(step, expr)                              \
-  do {                                                           \
-    if ((expr) != 0) ::kiln::child::Fail(step, errno);           \
+#define KILN_CHILD_STEP(step, expr)                    \
+  do {                                                 \
+    if ((expr) != 0) ::kiln::child::Fail(step, errno); \
   } while (0)
 
 // Unblocks every signal and resets every disposition to the default: the

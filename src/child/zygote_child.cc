@@ -218,9 +218,8 @@ int RunZygoteChild(const ZygoteChildPlan& plan) {
   KILN_CHILD_STEP(SetupStep::kChildUserNs, EnterOwnUserNamespace(plan));
   // 3. The sandbox's own mount, pid, net, ipc and uts namespaces (the cgroup
   //    namespace waits for the cgroup: step 10).
-  KILN_CHILD_STEP(SetupStep::kChildNamespaces,
-                  ::unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
-                            CLONE_NEWUTS));
+  KILN_CHILD_STEP(SetupStep::kChildNamespaces, ::unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET |
+                                                         CLONE_NEWIPC | CLONE_NEWUTS));
   // 4. pid 1 of the new pid namespace, sharing our memory; we are done and
   //    leave it the memory (our exit tears nothing down). Our parent (the
   //    zygote) does not wait for us: it ignores SIGCHLD. pid 1 is reparented

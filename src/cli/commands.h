@@ -3,9 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <functional>
-
 #include <nlohmann/json.hpp>
 
 namespace kiln::cli {

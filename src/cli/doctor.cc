@@ -9,10 +9,9 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "config/config.h"
@@ -80,8 +79,9 @@ nlohmann::json DoctorReport(bool smoke_test) {
   if (host.ok()) {
     const auto why_not = zygote::PoolUnavailableReason(config::BuiltinConfig(), *host);
     pool.state = why_not ? LayerState::kDegraded : LayerState::kAvailable;
-    pool.detail = why_not ? "executions and sessions start cold: " + *why_not
-                          : "kiln serve pre-forks sandboxes per profile (live: kiln doctor --server URL)";
+    pool.detail =
+        why_not ? "executions and sessions start cold: " + *why_not
+                : "kiln serve pre-forks sandboxes per profile (live: kiln doctor --server URL)";
   } else {
     pool.detail = "not probed: " + host.error().ToString();
   }
@@ -89,9 +89,12 @@ nlohmann::json DoctorReport(bool smoke_test) {
   // Executable memfds off in each sandbox's pid namespace (child_steps.h).
   LayerReport memfd{"memfd noexec", LayerState::kDegraded, "", false};
   if (::access("/proc/sys/vm/memfd_noexec", F_OK) != 0) {
-    memfd.detail = "the kernel has no vm.memfd_noexec (Linux < 6.3): code written to a memfd can be exec'd";
+    memfd.detail =
+        "the kernel has no vm.memfd_noexec (Linux < 6.3): code written to a memfd can be exec'd";
   } else if (::geteuid() != 0) {
-    memfd.detail = "only a root kiln sets vm.memfd_noexec = 2 in its sandboxes: code written to a memfd can be exec'd";
+    memfd.detail =
+        "only a root kiln sets vm.memfd_noexec = 2 in its sandboxes: code written to a memfd can "
+        "be exec'd";
   } else {
     memfd.state = LayerState::kAvailable;
     memfd.detail = "vm.memfd_noexec = 2 in every sandbox's pid namespace";
@@ -108,9 +111,11 @@ nlohmann::json DoctorReport(bool smoke_test) {
     if (::geteuid() != 0) b.CgroupRequirement(policy::Requirement::kBestEffort);
     auto pol = b.Build();
     if (Status s = supervisor::EnsureFontCache(*host); !s.ok()) {
-      layers.push_back({"matplotlib font cache", LayerState::kDegraded, s.error().ToString(), false});
+      layers.push_back(
+          {"matplotlib font cache", LayerState::kDegraded, s.error().ToString(), false});
     } else {
-      layers.push_back({"matplotlib font cache", LayerState::kAvailable, host->cache_dir + "/matplotlib", false});
+      layers.push_back({"matplotlib font cache", LayerState::kAvailable,
+                        host->cache_dir + "/matplotlib", false});
     }
     supervisor::Program prog{"<doctor>", "print('kiln-ok', 6 * 7)\n", {}};
     auto res = supervisor::RunSandboxed(*host, *pol, prog, {});
@@ -119,7 +124,8 @@ nlohmann::json DoctorReport(bool smoke_test) {
     } else if (res->outcome == supervisor::Outcome::kOk && res->stdout_data == "kiln-ok 42\n") {
       smoke.state = LayerState::kAvailable;
       char buf[160];
-      std::snprintf(buf, sizeof buf, "print() in a full sandbox (%s) took %.1f ms setup, %.1f ms run",
+      std::snprintf(buf, sizeof buf,
+                    "print() in a full sandbox (%s) took %.1f ms setup, %.1f ms run",
                     res->limits_backend.c_str(), res->phases.child_setup_ms + res->phases.exec_ms,
                     res->duration_ms);
       smoke.detail = buf;
@@ -170,8 +176,9 @@ Result<nlohmann::json> ServerPool(const std::string& url) {
   }
   const auto body = nlohmann::json::parse(got->second, nullptr, /*allow_exceptions=*/false);
   if (!body.is_object() || !body.contains("pool") || !body["pool"].is_object()) {
-    return MakeError(Code::kUnavailable, url + "/readyz answered " + std::to_string(got->first) +
-                                             " without a pool status (not kiln serve, or an older one)");
+    return MakeError(Code::kUnavailable,
+                     url + "/readyz answered " + std::to_string(got->first) +
+                         " without a pool status (not kiln serve, or an older one)");
   }
   return body["pool"];
 }
@@ -182,12 +189,14 @@ std::string DescribePool(const std::string& name, const nlohmann::json& p) {
   auto num = [&p](const char* k) { return p.value(k, 0.0); };
   char buf[400];
   const double refills = num("refills");
-  std::snprintf(buf, sizeof buf,
-                "%s: %.0f ready, %.0f refilling, %.0f in use (target %.0f); %.0f taken, %.0f started cold; "
-                "refill %.0f ms (last), %.0f ms (mean); %.0f failed, %.0f zygote start(s)%s",
-                name.c_str(), num("ready"), num("refilling"), num("in_use"), num("target"), num("hits"),
-                num("cold_fallbacks"), num("last_refill_ms"), refills > 0 ? num("refill_ms_total") / refills : 0.0,
-                num("failures"), num("zygote_starts"), p.value("zygote_ready", false) ? "" : "; zygote not ready");
+  std::snprintf(
+      buf, sizeof buf,
+      "%s: %.0f ready, %.0f refilling, %.0f in use (target %.0f); %.0f taken, %.0f started cold; "
+      "refill %.0f ms (last), %.0f ms (mean); %.0f failed, %.0f zygote start(s)%s",
+      name.c_str(), num("ready"), num("refilling"), num("in_use"), num("target"), num("hits"),
+      num("cold_fallbacks"), num("last_refill_ms"),
+      refills > 0 ? num("refill_ms_total") / refills : 0.0, num("failures"), num("zygote_starts"),
+      p.value("zygote_ready", false) ? "" : "; zygote not ready");
   return buf;
 }
 
@@ -218,7 +227,8 @@ int DoDoctor(const DoctorFlags& f) {
         const auto& pool = j["server"]["pool"];
         if (!pool.value("enabled", false)) {
           const auto& why = pool["reason"];
-          std::cout << "  warm pool off: " << (why.is_string() ? why.get<std::string>() : "?") << "\n";
+          std::cout << "  warm pool off: " << (why.is_string() ? why.get<std::string>() : "?")
+                    << "\n";
         } else if (!pool.value("running", false)) {
           std::cout << "  warm pool: its process is not running (restarting)\n";
         }

@@ -21,7 +21,6 @@
 
 #include "cli/commands.h"
 #include "config/config.h"
-
 #include "zygote/pool.h"
 
 namespace kiln::cli {
@@ -80,7 +79,8 @@ uint64_t Uss(pid_t pid) {
     std::istringstream ls(line);
     std::string key;
     uint64_t kb = 0;
-    if ((ls >> key >> kb) && (key == "Private_Clean:" || key == "Private_Dirty:")) total += kb * 1024;
+    if ((ls >> key >> kb) && (key == "Private_Clean:" || key == "Private_Dirty:"))
+      total += kb * 1024;
   }
   return total;
 }
@@ -122,8 +122,8 @@ std::pair<double, bool> BareRun(const std::string& python, const std::string& co
   const std::string out = ReadAll(fd);
   int status = 0;
   ::waitpid(pid, &status, 0);
-  return {MsBetween(t0, BenchClock::now()), out == want && WIFEXITED(status) &&
-                                                 WEXITSTATUS(status) == 0};
+  return {MsBetween(t0, BenchClock::now()),
+          out == want && WIFEXITED(status) && WEXITSTATUS(status) == 0};
 }
 
 nlohmann::json Summary(std::vector<double> v) {
@@ -135,8 +135,13 @@ nlohmann::json Summary(std::vector<double> v) {
   };
   double sum = 0;
   for (double x : v) sum += x;
-  return {{"n", v.size()}, {"p50", pct(0.5)}, {"p90", pct(0.9)}, {"p99", pct(0.99)},
-          {"min", v.front()}, {"max", v.back()}, {"mean", sum / static_cast<double>(v.size())}};
+  return {{"n", v.size()},
+          {"p50", pct(0.5)},
+          {"p90", pct(0.9)},
+          {"p99", pct(0.99)},
+          {"min", v.front()},
+          {"max", v.back()},
+          {"mean", sum / static_cast<double>(v.size())}};
 }
 
 struct BenchFlags {
@@ -224,7 +229,8 @@ int DoPoolBench(const BenchFlags& f) {
   };
   // (a) print(1) and (b) pandas: pooled vs bare, interleaved.
   for (const auto& [name, code, want, runs] :
-       {std::tuple<std::string, std::string, std::string, int>{"print", "print(1)\n", "1\n", f.runs},
+       {std::tuple<std::string, std::string, std::string, int>{"print", "print(1)\n", "1\n",
+                                                               f.runs},
         {"pandas", kPandasCode, "1000\n", f.pandas_runs}}) {
     std::vector<double> pooled, bare;
     for (int i = 0; i < runs + 2; ++i) {
@@ -272,8 +278,8 @@ int DoPoolBench(const BenchFlags& f) {
     }
     std::vector<double> fresh;
     for (int i = 0; i < 3; ++i) {
-      auto [pid, fd] =
-          SpawnPython(f.python, imports + "import sys, time\nprint('ready', flush=True)\ntime.sleep(30)\n");
+      auto [pid, fd] = SpawnPython(
+          f.python, imports + "import sys, time\nprint('ready', flush=True)\ntime.sleep(30)\n");
       char buf[16];
       (void)!::read(fd, buf, sizeof buf);
       fresh.push_back(static_cast<double>(Uss(pid)) / 1048576.0);
@@ -281,11 +287,12 @@ int DoPoolBench(const BenchFlags& f) {
       ::waitpid(pid, nullptr, 0);
       ::close(fd);
     }
-    out["uss_mib"] = {{"pooled_sandbox", Summary(per_sandbox)},
-                      {"pooled_init", Summary(per_init)},
-                      {"pooled_worker", Summary(per_worker)},
-                      {"fresh_interpreter", Summary(fresh)},
-                      {"zygote", static_cast<double>(Uss(pool.zygote()->zygote_pid())) / 1048576.0}};
+    out["uss_mib"] = {
+        {"pooled_sandbox", Summary(per_sandbox)},
+        {"pooled_init", Summary(per_init)},
+        {"pooled_worker", Summary(per_worker)},
+        {"fresh_interpreter", Summary(fresh)},
+        {"zygote", static_cast<double>(Uss(pool.zygote()->zygote_pid())) / 1048576.0}};
   }
 
   // (c) Fresh sandboxes per second at concurrency C: one supervisor process
@@ -324,14 +331,18 @@ int DoPoolBench(const BenchFlags& f) {
             supervisor::RunOptions o;
             o.adopt = &a;
             auto r = supervisor::RunSandboxed(*host, *policy, {"<string>", "print(1)\n", {}}, o);
-            ::_exit(r.ok() && r->outcome == supervisor::Outcome::kOk && r->stdout_data == "1\n" ? 0 : 1);
+            ::_exit(r.ok() && r->outcome == supervisor::Outcome::kOk && r->stdout_data == "1\n"
+                        ? 0
+                        : 1);
           }
           (void)child.sandbox.cgroup.release();  // the supervisor process owns it
         } else if (mode == 1) {
           pid = ::fork();
           if (pid == 0) {
             auto r = supervisor::RunSandboxed(*host, *policy, {"<string>", "print(1)\n", {}}, {});
-            ::_exit(r.ok() && r->outcome == supervisor::Outcome::kOk && r->stdout_data == "1\n" ? 0 : 1);
+            ::_exit(r.ok() && r->outcome == supervisor::Outcome::kOk && r->stdout_data == "1\n"
+                        ? 0
+                        : 1);
           }
         } else {
           auto [p, fd] = SpawnPython(f.python, "print(1)", true);
@@ -351,7 +362,9 @@ int DoPoolBench(const BenchFlags& f) {
     }
     const double secs = std::chrono::duration<double>(BenchClock::now() - t0).count();
     reap(true);
-    nlohmann::json j = {{"completed", done}, {"failed", failed}, {"seconds", secs},
+    nlohmann::json j = {{"completed", done},
+                        {"failed", failed},
+                        {"seconds", secs},
                         {"per_second", static_cast<double>(done) / secs}};
     if (mode == 0) {
       j["pool_target_max"] = max_target;

@@ -48,8 +48,9 @@ int UsageError(const std::string& message) {
 // Policy errors name the field ("memory: ..."); on the command line, name the flag.
 std::string AsFlag(std::string message) {
   static const std::pair<const char*, const char*> kFlags[] = {
-      {"timeout:", "--timeout:"}, {"cpu_time:", "--cpu-time:"},  {"memory:", "--memory:"},
-      {"cpus:", "--cpus:"},       {"pids:", "--pids:"},          {"output_limit:", "--output-limit:"},
+      {"timeout:", "--timeout:"}, {"cpu_time:", "--cpu-time:"},
+      {"memory:", "--memory:"},   {"cpus:", "--cpus:"},
+      {"pids:", "--pids:"},       {"output_limit:", "--output-limit:"},
       {"disk:", "--disk:"},       {"file:", "--file:"}};
   for (const auto& [field, flag] : kFlags) {
     if (message.rfind(field, 0) == 0) return flag + message.substr(std::string(field).size());
@@ -61,9 +62,8 @@ void PrintRefusal(const Error& e, bool json) {
   if (json) {
     nlohmann::json j;
     j["status"] = "setup_error";
-    j["setup_error"] = {{"step", std::string(ToString(e.step))},
-                        {"errno", e.sys_errno},
-                        {"message", e.ToString()}};
+    j["setup_error"] = {
+        {"step", std::string(ToString(e.step))}, {"errno", e.sys_errno}, {"message", e.ToString()}};
     std::cout << j.dump() << "\n";
   } else {
     std::cerr << "kiln run: refused: " << e.ToString() << "\n";
@@ -127,7 +127,8 @@ int DoRun(const RunFlags& f) {
     program.source = f.code;
   } else if (f.target == "-") {
     program.filename = "<stdin>";
-    program.source.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+    program.source.assign(std::istreambuf_iterator<char>(std::cin),
+                          std::istreambuf_iterator<char>());
   } else {
     std::ifstream in(f.target, std::ios::binary);
     if (!in) return UsageError("cannot read '" + f.target + "': " + std::strerror(errno));
@@ -194,7 +195,8 @@ int DoRun(const RunFlags& f) {
     if (::access(host.c_str(), R_OK) != 0) {
       const int err = errno;
       const auto c = spec.rfind(':');
-      if (c != std::string::npos && host == spec && ::access(spec.substr(0, c).c_str(), R_OK) == 0) {
+      if (c != std::string::npos && host == spec &&
+          ::access(spec.substr(0, c).c_str(), R_OK) == 0) {
         return UsageError("--file: NAME '" + spec.substr(c + 1) +
                           "' must be a single file name (no '/')");
       }
@@ -237,8 +239,10 @@ int DoRun(const RunFlags& f) {
   std::fflush(stdout);
   std::fwrite(r.stderr_data.data(), 1, r.stderr_data.size(), stderr);
   ShowRichOutputs(r, f.collect);
-  for (const auto& skipped : r.collect_skipped) std::cerr << "kiln: not collected: " << skipped << "\n";
-  if (!r.collect_error.empty()) std::cerr << "kiln: collecting files failed: " << r.collect_error << "\n";
+  for (const auto& skipped : r.collect_skipped)
+    std::cerr << "kiln: not collected: " << skipped << "\n";
+  if (!r.collect_error.empty())
+    std::cerr << "kiln: collecting files failed: " << r.collect_error << "\n";
   if (r.stdout_truncated) std::cerr << "\nkiln: stdout truncated (--output-limit)\n";
   if (r.stderr_truncated) std::cerr << "\nkiln: stderr truncated (--output-limit)\n";
   if (r.outcome != supervisor::Outcome::kOk && r.outcome != supervisor::Outcome::kError) {
@@ -252,8 +256,10 @@ int DoRun(const RunFlags& f) {
 void RegisterRun(CLI::App& app, Action* action) {
   auto flags = std::make_shared<RunFlags>();
   CLI::App* run = app.add_subcommand("run", "Run a Python program in a fresh sandbox");
-  run->add_option("--timeout", flags->timeout, "Wall-clock limit (seconds; '500ms', '2m'); default 30");
-  run->add_option("--cpu-time", flags->cpu_time, "CPU-time limit, all processes; default = timeout");
+  run->add_option("--timeout", flags->timeout,
+                  "Wall-clock limit (seconds; '500ms', '2m'); default 30");
+  run->add_option("--cpu-time", flags->cpu_time,
+                  "CPU-time limit, all processes; default = timeout");
   run->add_option("--memory", flags->memory, "Memory limit ('512m', '1G'); default 512m, no swap");
   run->add_option("--cpus", flags->cpus, "CPU quota in cores (e.g. 0.5); default 1")
       ->each([flags](const std::string&) { flags->cpus_set = true; });
@@ -268,8 +274,9 @@ void RegisterRun(CLI::App& app, Action* action) {
   run->add_flag("--pool", flags->via_pool, "Run in a pooled sandbox")->group("");
   run->add_option("--config", flags->config, "kiln.toml with the profiles (default: built-in)");
   run->add_option("--profile", flags->profile, "Profile to run under (default: 'default')");
-  run->add_option("-c", flags->code, "Program text")
-      ->each([flags](const std::string&) { flags->code_set = true; });
+  run->add_option("-c", flags->code, "Program text")->each([flags](const std::string&) {
+    flags->code_set = true;
+  });
   run->add_option("target", flags->target, "FILE to run, or - for stdin");
   run->callback([flags, action] { *action = [flags] { return DoRun(*flags); }; });
 }

@@ -48,7 +48,8 @@ bool IsStaleSandboxCgroup(const std::string& name) {
   // "pid (comm) S ...": comm may hold spaces and parentheses; the state
   // follows the last ')'.
   const auto open = line.find('('), close = line.rfind(')');
-  if (open == std::string::npos || close == std::string::npos || close + 2 >= line.size()) return true;
+  if (open == std::string::npos || close == std::string::npos || close + 2 >= line.size())
+    return true;
   const std::string comm = line.substr(open + 1, close - open - 1);
   const char state = line[close + 2];
   return state == 'Z' || state == 'X' ||
@@ -95,19 +96,22 @@ int DoServe(const ServeFlags& f) {
   auto store = store::Store::Open(cfg.server.data_dir);
   if (!store.ok()) return Fail(store.error().ToString());
   if (auto n = (*store)->MarkInterrupted(); n.ok() && *n > 0) {
-    KILN_LOG_WARN("{} execution(s) were running when the server last stopped: marked interrupted", *n);
+    KILN_LOG_WARN("{} execution(s) were running when the server last stopped: marked interrupted",
+                  *n);
   }
   const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch()).count();
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
   (void)(*store)->Prune(now_ms - int64_t{cfg.server.retention_days} * store::kDayMs);
   auto keys = (*store)->ListKeys();
   if (!keys.ok()) return Fail(keys.error().ToString());
   if (keys->empty()) {
     auto key = (*store)->CreateKey("default");
     if (!key.ok()) return Fail(key.error().ToString());
-    std::cerr << "kiln: first start: created an API key for tenant 'default' (shown once; more with "
-                 "`kiln keys create --tenant T --data-dir "
-              << cfg.server.data_dir << "`):\n";
+    std::cerr
+        << "kiln: first start: created an API key for tenant 'default' (shown once; more with "
+           "`kiln keys create --tenant T --data-dir "
+        << cfg.server.data_dir << "`):\n";
     std::cout << key->key << std::endl;
   }
 
@@ -121,10 +125,12 @@ int DoServe(const ServeFlags& f) {
   admission::AdmissionConfig acfg;
   acfg.global_concurrency = cfg.server.concurrency;
   acfg.queue_depth = cfg.server.queue;
-  acfg.max_queue_wait = std::chrono::milliseconds(static_cast<int64_t>(cfg.server.queue_timeout_s * 1000));
+  acfg.max_queue_wait =
+      std::chrono::milliseconds(static_cast<int64_t>(cfg.server.queue_timeout_s * 1000));
   const auto& d = cfg.Tenant("default");
   acfg.default_tenant = {d.max_concurrent, d.rate_per_s, d.burst};
-  for (const auto& [name, t] : cfg.tenants) acfg.tenants[name] = {t.max_concurrent, t.rate_per_s, t.burst};
+  for (const auto& [name, t] : cfg.tenants)
+    acfg.tenants[name] = {t.max_concurrent, t.rate_per_s, t.burst};
   auto admission = admission::AdmissionController::Create(acfg);
   if (!admission.ok()) return Fail(admission.error().ToString());
   metrics::Metrics metrics;
@@ -132,17 +138,16 @@ int DoServe(const ServeFlags& f) {
   sessions::SessionManager session_manager(
       sessions::Deps{&cfg, spawner->get(), store->get(), admission->get(), &metrics});
   session_manager.Start();
-  server::Deps deps{&cfg,           store->get(), admission->get(), &metrics, spawner->get(),
-                    &session_manager, readiness};
+  server::Deps deps{&cfg,           store->get(),     admission->get(), &metrics,
+                    spawner->get(), &session_manager, readiness};
   auto server = server::HttpServer::Bind(cfg.server.listen, deps);
   if (!server.ok()) return Fail(server.error().ToString());
   (*server)->Start();
   // One write: the spawner and the warm pool's process log to the same stderr
   // meanwhile, and scripts read this line.
-  const std::string listening = "kiln: listening on http://" +
-                                cfg.server.listen.substr(0, cfg.server.listen.rfind(':')) + ":" +
-                                std::to_string((*server)->port()) + " (data in " +
-                                cfg.server.data_dir + ")\n";
+  const std::string listening =
+      "kiln: listening on http://" + cfg.server.listen.substr(0, cfg.server.listen.rfind(':')) +
+      ":" + std::to_string((*server)->port()) + " (data in " + cfg.server.data_dir + ")\n";
   std::cerr << listening << std::flush;
 
   // Retention: prune the audit log hourly.
@@ -152,7 +157,8 @@ int DoServe(const ServeFlags& f) {
       std::this_thread::sleep_for(std::chrono::seconds(1));
       if (tick % 3600 != 3599) continue;
       const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::system_clock::now().time_since_epoch()).count();
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
       (void)(*store)->Prune(now - int64_t{cfg.server.retention_days} * store::kDayMs);
     }
   });
@@ -161,7 +167,8 @@ int DoServe(const ServeFlags& f) {
   sigwait(&stop_signals, &sig);
   std::cerr << "kiln: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ": draining (grace "
             << cfg.server.shutdown_grace_s << " s)" << std::endl;
-  (*server)->Shutdown(std::chrono::milliseconds(static_cast<int64_t>(cfg.server.shutdown_grace_s * 1000)));
+  (*server)->Shutdown(
+      std::chrono::milliseconds(static_cast<int64_t>(cfg.server.shutdown_grace_s * 1000)));
   done = true;
   pruner.join();
   server->reset();
@@ -177,7 +184,8 @@ void RegisterServe(CLI::App& app, Action* action) {
   auto flags = std::make_shared<ServeFlags>();
   CLI::App* serve = app.add_subcommand("serve", "Serve the HTTP API");
   serve->add_option("--config", flags->config, "kiln.toml (default: built-in)");
-  serve->add_option("--listen", flags->listen, "ADDR:PORT (default: server.listen, 127.0.0.1:8080)");
+  serve->add_option("--listen", flags->listen,
+                    "ADDR:PORT (default: server.listen, 127.0.0.1:8080)");
   serve->add_option("--data-dir", flags->data_dir, "Where the SQLite database lives");
   serve->callback([flags, action] { *action = [flags] { return DoServe(*flags); }; });
 
@@ -186,7 +194,8 @@ void RegisterServe(CLI::App& app, Action* action) {
   auto server_pid = std::make_shared<int>(0);
   CLI::App* spawner_cmd = app.add_subcommand("spawner", "The server's spawner process (internal)");
   spawner_cmd->group("");  // hidden
-  spawner_cmd->add_option("--server-pid", *server_pid, "The server it serves and dies with")->required();
+  spawner_cmd->add_option("--server-pid", *server_pid, "The server it serves and dies with")
+      ->required();
   spawner_cmd->callback([server_pid, action] {
     *action = [server_pid] {
       spawner::RunSpawnerProcess(static_cast<pid_t>(*server_pid));

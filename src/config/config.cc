@@ -47,7 +47,8 @@ Error KeyError(const std::string& source, const toml::node& node, const std::str
 }
 
 // Sizes as "512m" strings or integers of bytes.
-Result<uint64_t> SizeValue(const std::string& source, const toml::node& node, const std::string& key) {
+Result<uint64_t> SizeValue(const std::string& source, const toml::node& node,
+                           const std::string& key) {
   if (auto i = node.value<int64_t>(); i && node.is_integer()) {
     if (*i < 0) return KeyError(source, node, key, "must not be negative");
     return static_cast<uint64_t>(*i);
@@ -63,7 +64,8 @@ Result<uint64_t> SizeValue(const std::string& source, const toml::node& node, co
 // Durations as "30s"/"500ms" strings or numbers of seconds, at most
 // kMaxSeconds (TOML's inf and 1e300 used to pass: found by
 // fuzz/config_fuzzer.cc, a float-to-integer overflow in their consumers).
-Result<double> SecondsValue(const std::string& source, const toml::node& node, const std::string& key) {
+Result<double> SecondsValue(const std::string& source, const toml::node& node,
+                            const std::string& key) {
   double v = 0;
   if (node.is_integer() || node.is_floating_point()) {
     v = node.value<double>().value_or(0);
@@ -75,16 +77,19 @@ Result<double> SecondsValue(const std::string& source, const toml::node& node, c
   } else {
     return KeyError(source, node, key, "must be seconds (30, 1.5) or a duration (\"500ms\")");
   }
-  if (!(v <= kMaxSeconds)) return KeyError(source, node, key, "must be at most 1e9 seconds (about 31 years)");
+  if (!(v <= kMaxSeconds))
+    return KeyError(source, node, key, "must be at most 1e9 seconds (about 31 years)");
   return v;
 }
 
-Result<double> NumberValue(const std::string& source, const toml::node& node, const std::string& key) {
+Result<double> NumberValue(const std::string& source, const toml::node& node,
+                           const std::string& key) {
   if (node.is_integer() || node.is_floating_point()) return node.value<double>().value_or(0);
   return KeyError(source, node, key, "must be a number");
 }
 
-Result<uint64_t> CountValue(const std::string& source, const toml::node& node, const std::string& key) {
+Result<uint64_t> CountValue(const std::string& source, const toml::node& node,
+                            const std::string& key) {
   if (!node.is_integer() || node.value<int64_t>().value_or(-1) < 0) {
     return KeyError(source, node, key, "must be a non-negative integer");
   }
@@ -104,7 +109,8 @@ Result<std::vector<std::string>> StringList(const std::string& source, const tom
   return out;
 }
 
-Result<LimitSpec> ParseLimits(const std::string& source, const toml::table& t, const std::string& prefix) {
+Result<LimitSpec> ParseLimits(const std::string& source, const toml::table& t,
+                              const std::string& prefix) {
   LimitSpec spec;
   for (const auto& [k, node] : t) {
     const std::string key(k.str());
@@ -124,14 +130,16 @@ Result<LimitSpec> ParseLimits(const std::string& source, const toml::table& t, c
     } else if (key == "disk") {
       KILN_ASSIGN_OR_RETURN(spec.disk_bytes, SizeValue(source, node, full));
     } else {
-      return KeyError(source, node, full,
-                      "unknown key (known: timeout, cpu_time, memory, cpus, pids, output_limit, disk)");
+      return KeyError(
+          source, node, full,
+          "unknown key (known: timeout, cpu_time, memory, cpus, pids, output_limit, disk)");
     }
   }
   return spec;
 }
 
-Result<Profile> ParseProfile(const std::string& source, const std::string& name, const toml::table& t) {
+Result<Profile> ParseProfile(const std::string& source, const std::string& name,
+                             const toml::table& t) {
   Profile p;
   p.name = name;
   const std::string prefix = "profiles." + name;
@@ -189,7 +197,8 @@ Result<Profile> ParseProfile(const std::string& source, const std::string& name,
 std::string Describe(uint64_t v, bool size) { return size ? FormatSize(v) : std::to_string(v); }
 
 template <typename T>
-Status Cap(const char* field, const std::optional<T>& value, const std::optional<T>& max, bool size) {
+Status Cap(const char* field, const std::optional<T>& value, const std::optional<T>& max,
+           bool size) {
   if (value && max && *value > *max) {
     if constexpr (std::is_floating_point_v<T>) {
       return InvalidArgument(std::string(field) + ": " + std::to_string(*value) +
@@ -209,25 +218,33 @@ Result<ServerConfig> ParseServer(const std::string& source, const toml::table& t
     const std::string full = "server." + key;
     if (key == "listen" || key == "data_dir" || key == "default_profile") {
       auto v = node.value<std::string>();
-      if (!v || !node.is_string() || v->empty()) return KeyError(source, node, full, "must be a non-empty string");
+      if (!v || !node.is_string() || v->empty())
+        return KeyError(source, node, full, "must be a non-empty string");
       (key == "listen" ? c.listen : key == "data_dir" ? c.data_dir : c.default_profile) = *v;
     } else if (key == "concurrency" || key == "queue" || key == "retention_days" ||
                key == "max_connections" || key == "max_sessions") {
       KILN_ASSIGN_OR_RETURN(uint64_t v, CountValue(source, node, full));
       if (v > 100000) return KeyError(source, node, full, "is too large");
-      (key == "concurrency" ? c.concurrency : key == "queue" ? c.queue
-       : key == "retention_days" ? c.retention_days : key == "max_sessions" ? c.max_sessions
-                                                    : c.max_connections) = static_cast<int>(v);
+      (key == "concurrency"      ? c.concurrency
+       : key == "queue"          ? c.queue
+       : key == "retention_days" ? c.retention_days
+       : key == "max_sessions"   ? c.max_sessions
+                                 : c.max_connections) = static_cast<int>(v);
     } else if (key == "queue_timeout" || key == "client_timeout" || key == "shutdown_grace" ||
-               key == "session_idle_ttl" || key == "session_max_lifetime" || key == "interrupt_grace") {
+               key == "session_idle_ttl" || key == "session_max_lifetime" ||
+               key == "interrupt_grace") {
       KILN_ASSIGN_OR_RETURN(double v, SecondsValue(source, node, full));
-      (key == "queue_timeout" ? c.queue_timeout_s : key == "client_timeout" ? c.client_timeout_s
-       : key == "shutdown_grace" ? c.shutdown_grace_s : key == "session_idle_ttl" ? c.session_idle_ttl_s
-       : key == "session_max_lifetime" ? c.session_max_lifetime_s : c.interrupt_grace_s) = v;
+      (key == "queue_timeout"          ? c.queue_timeout_s
+       : key == "client_timeout"       ? c.client_timeout_s
+       : key == "shutdown_grace"       ? c.shutdown_grace_s
+       : key == "session_idle_ttl"     ? c.session_idle_ttl_s
+       : key == "session_max_lifetime" ? c.session_max_lifetime_s
+                                       : c.interrupt_grace_s) = v;
     } else if (key == "max_body" || key == "max_file" || key == "max_bodies_in_flight") {
       KILN_ASSIGN_OR_RETURN(uint64_t v, SizeValue(source, node, full));
-      (key == "max_body" ? c.max_body_bytes
-       : key == "max_file" ? c.max_file_bytes : c.max_bodies_in_flight_bytes) = v;
+      (key == "max_body"   ? c.max_body_bytes
+       : key == "max_file" ? c.max_file_bytes
+                           : c.max_bodies_in_flight_bytes) = v;
     } else if (key == "mcp_allowed_origins") {
       KILN_ASSIGN_OR_RETURN(c.mcp_allowed_origins, StringList(source, node, full));
     } else if (key == "store_code") {
@@ -264,12 +281,14 @@ Result<PoolConfig> ParsePool(const std::string& source, const toml::table& t) {
       (key == "min" ? c.min : c.max) = static_cast<int>(v);
     } else if (key == "target_wait") {
       KILN_ASSIGN_OR_RETURN(double v, NumberValue(source, node, full));
-      if (!(v > 0) || !(v < 1)) return KeyError(source, node, full, "must be between 0 and 1 (exclusive)");
+      if (!(v > 0) || !(v < 1))
+        return KeyError(source, node, full, "must be between 0 and 1 (exclusive)");
       c.target_wait = v;
     } else if (key == "preload") {
       KILN_ASSIGN_OR_RETURN(c.preload, StringList(source, node, full));
     } else {
-      return KeyError(source, node, full, "unknown key (known: enabled, min, max, target_wait, preload)");
+      return KeyError(source, node, full,
+                      "unknown key (known: enabled, min, max, target_wait, preload)");
     }
   }
   if (c.max < 1 || c.min > c.max) {
@@ -278,7 +297,8 @@ Result<PoolConfig> ParsePool(const std::string& source, const toml::table& t) {
   return c;
 }
 
-Result<TenantConfig> ParseTenant(const std::string& source, const std::string& name, const toml::table& t) {
+Result<TenantConfig> ParseTenant(const std::string& source, const std::string& name,
+                                 const toml::table& t) {
   TenantConfig c;
   for (const auto& [k, node] : t) {
     const std::string key(k.str());
@@ -292,7 +312,8 @@ Result<TenantConfig> ParseTenant(const std::string& source, const std::string& n
       if (!(v > 0) || v > 1e6) return KeyError(source, node, full, "must be a positive number");
       (key == "rate" ? c.rate_per_s : c.burst) = v;
     } else {
-      return KeyError(source, node, full, "unknown key (known: max_concurrent, rate, burst, max_sessions)");
+      return KeyError(source, node, full,
+                      "unknown key (known: max_concurrent, rate, burst, max_sessions)");
     }
   }
   return c;
@@ -348,7 +369,8 @@ Result<Config> ParseConfig(std::string_view text, std::string source) {
       }
       continue;
     }
-    if (key != "profiles") return KeyError(source, node, key, "unknown key (known: server, pool, tenants, profiles)");
+    if (key != "profiles")
+      return KeyError(source, node, key, "unknown key (known: server, pool, tenants, profiles)");
     const toml::table* profiles = node.as_table();
     if (profiles == nullptr) return KeyError(source, node, key, "must be a table of profiles");
     for (const auto& [pk, pnode] : *profiles) {
@@ -361,9 +383,11 @@ Result<Config> ParseConfig(std::string_view text, std::string source) {
       KILN_ASSIGN_OR_RETURN(Profile p, ParseProfile(source, name, *pt));
       // Validate the profile as a whole now, not at the first request.
       auto builder = PolicyFor(p, {});
-      if (!builder.ok()) return InvalidArgument(source + ": profiles." + name + ": " + builder.error().message);
+      if (!builder.ok())
+        return InvalidArgument(source + ": profiles." + name + ": " + builder.error().message);
       auto built = builder->Build();
-      if (!built.ok()) return InvalidArgument(source + ": profiles." + name + ": " + built.error().message);
+      if (!built.ok())
+        return InvalidArgument(source + ": profiles." + name + ": " + built.error().message);
       c.profiles.emplace(name, std::move(p));
     }
   }

@@ -55,15 +55,15 @@ struct TenantConfig {
 // [server]: what `kiln serve` listens on and how it admits, records and stops.
 struct ServerConfig {
   std::string listen = "127.0.0.1:8080";
-  std::string data_dir;            // empty: store::DefaultDataDir()
-  int concurrency = 0;             // running sandboxes; 0 = the number of cores
-  int queue = 64;                  // requests waiting for a sandbox; beyond: 503
-  double queue_timeout_s = 30;     // longest wait in the queue; then 503
+  std::string data_dir;                   // empty: store::DefaultDataDir()
+  int concurrency = 0;                    // running sandboxes; 0 = the number of cores
+  int queue = 64;                         // requests waiting for a sandbox; beyond: 503
+  double queue_timeout_s = 30;            // longest wait in the queue; then 503
   uint64_t max_body_bytes = 16ULL << 20;  // larger: 413
-  double client_timeout_s = 30;    // to receive a request's headers and body
-  double shutdown_grace_s = 30;    // SIGTERM: running executions get this long
-  bool store_code = true;          // audit rows keep the code (else sha256 + size)
-  int retention_days = 30;         // audit rows older than this are pruned
+  double client_timeout_s = 30;           // to receive a request's headers and body
+  double shutdown_grace_s = 30;           // SIGTERM: running executions get this long
+  bool store_code = true;                 // audit rows keep the code (else sha256 + size)
+  int retention_days = 30;                // audit rows older than this are pruned
   std::string default_profile = "default";
   int max_connections = 512;
   // Sessions (docs/api.md, "Sessions").
@@ -84,9 +84,9 @@ struct ServerConfig {
 // [pool]: the warm pool of `kiln serve` (src/zygote, docs/adr/0011-zygote.md).
 // `kiln run` never uses it.
 struct PoolConfig {
-  bool enabled = true;    // false: every execution takes the cold path
-  int min = 1;            // sandboxes kept ready (or refilling) per profile, at least
-  int max = 8;            // ... and at most (Erlang C sizes it in between)
+  bool enabled = true;        // false: every execution takes the cold path
+  int min = 1;                // sandboxes kept ready (or refilling) per profile, at least
+  int max = 8;                // ... and at most (Erlang C sizes it in between)
   double target_wait = 0.05;  // P(a request finds no sandbox ready), the sizing's goal
   // Imported by each zygote besides the profile's own preload list.
   std::vector<std::string> preload = {"numpy", "pandas", "matplotlib"};

@@ -19,7 +19,8 @@ TEST(Config, BuiltinParsesAndHasTheShippedProfiles) {
 }
 
 TEST(Config, UnknownKeysNameTheKeyAndLine) {
-  auto c = ParseConfig("[profiles.a]\ninterpreter = \"/usr/bin/python3\"\nmemroy = \"1g\"\n", "t.toml");
+  auto c =
+      ParseConfig("[profiles.a]\ninterpreter = \"/usr/bin/python3\"\nmemroy = \"1g\"\n", "t.toml");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.error().message.find("t.toml:3"), std::string::npos) << c.error().message;
   EXPECT_NE(c.error().message.find("profiles.a.memroy"), std::string::npos) << c.error().message;
@@ -53,7 +54,8 @@ TEST(Config, BadValuesNameTheKey) {
   for (const auto& c : cases) {
     auto r = ParseConfig(c.toml, "t.toml");
     ASSERT_FALSE(r.ok()) << c.toml;
-    EXPECT_NE(r.error().message.find(c.key), std::string::npos) << c.toml << " -> " << r.error().message;
+    EXPECT_NE(r.error().message.find(c.key), std::string::npos)
+        << c.toml << " -> " << r.error().message;
   }
 }
 
@@ -66,7 +68,8 @@ memory = "256m"
 [profiles.p.max]
 timeout = 20
 memory = "1g"
-)", "t.toml");
+)",
+                       "t.toml");
   ASSERT_TRUE(c.ok()) << c.error().message;
   const Profile& p = c->profiles.at("p");
   auto b = PolicyFor(p, {});
@@ -110,7 +113,8 @@ max_concurrent = 10
 rate = 100
 burst = 200
 [profiles.default]
-)", "t.toml");
+)",
+                       "t.toml");
   ASSERT_TRUE(c.ok()) << c.error().message;
   EXPECT_EQ(c->server.queue, 3);
   EXPECT_EQ(c->server.max_body_bytes, 1u << 20);
@@ -120,17 +124,17 @@ burst = 200
   EXPECT_TRUE(b.server.mcp_allowed_origins.empty());
   EXPECT_EQ(c->Tenant("big").max_concurrent, 10);
   EXPECT_EQ(c->Tenant("small").max_concurrent, 4);
-  for (const char* bad : {"[server]\nlisten = 3\n[profiles.default]\n",
-                          "[server]\nqueue = -1\n[profiles.default]\n",
-                          "[server]\nporty = 1\n[profiles.default]\n",
-                          "[server]\nmax_bodies_in_flight = \"1m\"\n[profiles.default]\n",
-                          "[server]\nclient_timeout = inf\n[profiles.default]\n",
-                          "[server]\nqueue_timeout = 1e300\n[profiles.default]\n",
-                          "[tenants.x]\nrate = 0\n[profiles.default]\n",
-                          "[tenants.x]\nspeed = 1\n[profiles.default]\n",
-                          "[server]\ndefault_profile = \"nope\"\n[profiles.default]\n",
-                          "[server]\nmcp_allowed_origins = \"*\"\n[profiles.default]\n",
-                          "[server]\nmcp_allowed_origins = [1]\n[profiles.default]\n"}) {
+  for (const char* bad :
+       {"[server]\nlisten = 3\n[profiles.default]\n", "[server]\nqueue = -1\n[profiles.default]\n",
+        "[server]\nporty = 1\n[profiles.default]\n",
+        "[server]\nmax_bodies_in_flight = \"1m\"\n[profiles.default]\n",
+        "[server]\nclient_timeout = inf\n[profiles.default]\n",
+        "[server]\nqueue_timeout = 1e300\n[profiles.default]\n",
+        "[tenants.x]\nrate = 0\n[profiles.default]\n",
+        "[tenants.x]\nspeed = 1\n[profiles.default]\n",
+        "[server]\ndefault_profile = \"nope\"\n[profiles.default]\n",
+        "[server]\nmcp_allowed_origins = \"*\"\n[profiles.default]\n",
+        "[server]\nmcp_allowed_origins = [1]\n[profiles.default]\n"}) {
     EXPECT_FALSE(ParseConfig(bad, "t.toml").ok()) << bad;
   }
 }
@@ -150,7 +154,8 @@ preload = ["numpy"]
 [profiles.default]
 [profiles.quiet]
 pool = false
-)", "t.toml");
+)",
+                       "t.toml");
   ASSERT_TRUE(c.ok()) << c.error().message;
   EXPECT_FALSE(c->pool.enabled);
   EXPECT_EQ(c->pool.min, 2);
@@ -159,12 +164,11 @@ pool = false
   EXPECT_EQ(c->pool.preload, std::vector<std::string>{"numpy"});
   EXPECT_TRUE(c->profiles.at("default").pool);
   EXPECT_FALSE(c->profiles.at("quiet").pool);
-  for (const char* bad : {"[pool]\nenabled = 1\n[profiles.default]\n",
-                          "[pool]\nmin = 5\nmax = 2\n[profiles.default]\n",
-                          "[pool]\nmax = 0\n[profiles.default]\n",
-                          "[pool]\ntarget_wait = 1.5\n[profiles.default]\n",
-                          "[pool]\nsize = 3\n[profiles.default]\n",
-                          "[profiles.default]\npool = \"yes\"\n"}) {
+  for (const char* bad :
+       {"[pool]\nenabled = 1\n[profiles.default]\n",
+        "[pool]\nmin = 5\nmax = 2\n[profiles.default]\n", "[pool]\nmax = 0\n[profiles.default]\n",
+        "[pool]\ntarget_wait = 1.5\n[profiles.default]\n", "[pool]\nsize = 3\n[profiles.default]\n",
+        "[profiles.default]\npool = \"yes\"\n"}) {
     auto r = ParseConfig(bad, "t.toml");
     EXPECT_FALSE(r.ok()) << bad;
     if (!r.ok()) {
@@ -190,14 +194,16 @@ TEST(Config, DurationsAreFiniteAndBounded) {
     ASSERT_FALSE(r.ok()) << c.toml;
     EXPECT_NE(r.error().message.find(c.key), std::string::npos) << r.error().message;
   }
-  EXPECT_TRUE(ParseConfig("[server]\nsession_max_lifetime = 1e9\n[profiles.default]\n", "t.toml").ok());
+  EXPECT_TRUE(
+      ParseConfig("[server]\nsession_max_lifetime = 1e9\n[profiles.default]\n", "t.toml").ok());
 }
 
 // toml++ 3.3.0 aborted (an assertion) or reached __builtin_unreachable() on
 // these; they are parse errors (found by fuzz/config_fuzzer.cc).
 TEST(Config, MalformedTextIsAnErrorNeverACrash) {
-  for (const std::string& bad : {std::string("[\t\0", 3), std::string("[[[1]]]"), std::string("\xC3\xA9 = 1\n"),
-                                std::string("[caf\xC3\xA9]\n"), std::string("a = 1\"\xC2\xA7\"\n")}) {
+  for (const std::string& bad :
+       {std::string("[\t\0", 3), std::string("[[[1]]]"), std::string("\xC3\xA9 = 1\n"),
+        std::string("[caf\xC3\xA9]\n"), std::string("a = 1\"\xC2\xA7\"\n")}) {
     auto r = ParseConfig(bad, "t.toml");
     EXPECT_FALSE(r.ok()) << bad;
     if (!r.ok()) {
@@ -205,10 +211,12 @@ TEST(Config, MalformedTextIsAnErrorNeverACrash) {
     }
   }
   // Outside ASCII inside strings and comments is fine.
-  EXPECT_TRUE(ParseConfig("# caf\xC3\xA9\n[server]\nmcp_allowed_origins = [\"https://caf\xC3\xA9.example\"]\n"
-                          "[profiles.default]\n",
-                          "t.toml")
-                  .ok());
+  EXPECT_TRUE(
+      ParseConfig(
+          "# caf\xC3\xA9\n[server]\nmcp_allowed_origins = [\"https://caf\xC3\xA9.example\"]\n"
+          "[profiles.default]\n",
+          "t.toml")
+          .ok());
 }
 
 }  // namespace

@@ -19,7 +19,8 @@ std::string EncodeFrame(std::string_view payload) {
 }
 
 std::string EncodeMessage(const nlohmann::json& message) {
-  return EncodeFrame(std::string_view(message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
+  return EncodeFrame(
+      std::string_view(message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
 }
 
 Result<std::optional<std::string>> FrameReader::Next() {
@@ -45,7 +46,8 @@ Result<std::optional<std::string>> FrameReader::Next() {
 }
 
 Result<nlohmann::json> ParseFrame(std::string_view payload) {
-  if (HasNulByte(payload)) return InvalidArgument("frame holds a NUL byte (never part of JSON text)");
+  if (HasNulByte(payload))
+    return InvalidArgument("frame holds a NUL byte (never part of JSON text)");
   if (!JsonDepthWithin(payload)) {
     return InvalidArgument("frame nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   }

@@ -90,7 +90,8 @@ TEST(Frame, DeepNestingIsRefusedBeforeParsing) {
   auto r = ParseFrame(deep);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("deeper than 64"), std::string::npos) << r.error().message;
-  const std::string ok = "{\"type\":\"a\",\"m\":" + std::string(63, '[') + std::string(63, ']') + "}";
+  const std::string ok =
+      "{\"type\":\"a\",\"m\":" + std::string(63, '[') + std::string(63, ']') + "}";
   EXPECT_TRUE(ParseFrame(ok).ok());
 }
 

@@ -562,12 +562,9 @@ const std::string* OwnPath(const std::vector<std::pair<std::string, std::string>
 
 std::string_view ToString(CgroupMode mode) {
   switch (mode) {
-    case CgroupMode::kNone:
-      return "none";
-    case CgroupMode::kV1:
-      return "v1";
-    case CgroupMode::kV2:
-      return "v2";
+    case CgroupMode::kNone: return "none";
+    case CgroupMode::kV1: return "v1";
+    case CgroupMode::kV2: return "v2";
   }
   return "none";
 }
@@ -982,7 +979,8 @@ Status CgroupManager::MoveOwnProcessesToSupervisorLeaf() {
   return OkStatus();
 }
 
-Result<int> CgroupManager::RemoveStale(const std::function<bool(const std::string& name)>& is_stale) {
+Result<int> CgroupManager::RemoveStale(
+    const std::function<bool(const std::string& name)>& is_stale) {
   std::vector<std::string> parents;
   if (mode_ == CgroupMode::kV2) parents.push_back(v2_parent_);
   if (mode_ == CgroupMode::kV1) {
@@ -995,7 +993,8 @@ Result<int> CgroupManager::RemoveStale(const std::function<bool(const std::strin
     std::vector<std::string> names;
     while (dirent* e = ::readdir(d)) {
       const std::string name = e->d_name;
-      if (e->d_type == DT_DIR && name != "." && name != ".." && is_stale(name)) names.push_back(name);
+      if (e->d_type == DT_DIR && name != "." && name != ".." && is_stale(name))
+        names.push_back(name);
     }
     ::closedir(d);
     for (const auto& name : names) {
@@ -1062,7 +1061,8 @@ Result<std::unique_ptr<Cgroup>> CgroupManager::CreateV2(const std::string& name,
 }
 
 Result<std::unique_ptr<Cgroup>> CgroupManager::Adopt(std::string_view name) {
-  if (mode_ == CgroupMode::kNone) return FailedPrecondition("no usable cgroup hierarchy: " + reason_);
+  if (mode_ == CgroupMode::kNone)
+    return FailedPrecondition("no usable cgroup hierarchy: " + reason_);
   KILN_TRY(ValidateName(name));
   const std::string n(name);
   if (mode_ == CgroupMode::kV2) {

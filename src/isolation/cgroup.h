@@ -70,7 +70,7 @@ struct CgroupUsage {
   uint64_t memory_peak = 0;  // bytes; v2 memory.peak (5.19+), v1 max_usage_in_bytes
   bool has_memory_current = false;
   uint64_t memory_current = 0;  // bytes now; v2 memory.current, v1 memory.usage_in_bytes
-  uint64_t oom_kills = 0;    // v2 memory.events oom_kill, v1 memory.oom_control oom_kill
+  uint64_t oom_kills = 0;       // v2 memory.events oom_kill, v1 memory.oom_control oom_kill
 };
 
 // One sandbox's cgroup: a directory in each hierarchy (one for v2, one per

@@ -430,7 +430,8 @@ TEST_F(CgroupV2, ResetMemoryPeakReadsThroughTheResettingDescriptor) {
   EXPECT_EQ(usage->memory_peak, 50000000u);  // not the file's lifetime value
   // The cell allocates: the kernel raises the fd's peak.
   const std::string grown = "70000000\n";
-  ASSERT_EQ(::pwrite(fs_->last_peak_fd, grown.data(), grown.size(), 0), static_cast<ssize_t>(grown.size()));
+  ASSERT_EQ(::pwrite(fs_->last_peak_fd, grown.data(), grown.size(), 0),
+            static_cast<ssize_t>(grown.size()));
   usage = (*cg)->Usage();
   ASSERT_TRUE(usage.ok());
   EXPECT_EQ(usage->memory_peak, 70000000u);

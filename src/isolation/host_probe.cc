@@ -85,16 +85,17 @@ std::vector<LayerReport> ProbeNamespacesAndKernel() {
       r.detail = "root: each sandbox gets its own host uid from a reserved range";
     } else {
       r.state = LayerState::kDegraded;
-      r.detail = "unprivileged: every sandbox maps to your own uid (sandboxes share a host identity)";
+      r.detail =
+          "unprivileged: every sandbox maps to your own uid (sandboxes share a host identity)";
     }
     out.push_back(r);
   }
   const struct {
     const char* name;
     uint64_t flag;
-  } kNs[] = {{"pid namespace", CLONE_NEWPID},       {"mount namespace", CLONE_NEWNS},
-             {"network namespace", CLONE_NEWNET},   {"ipc namespace", CLONE_NEWIPC},
-             {"uts namespace", CLONE_NEWUTS},       {"cgroup namespace", CLONE_NEWCGROUP}};
+  } kNs[] = {{"pid namespace", CLONE_NEWPID},     {"mount namespace", CLONE_NEWNS},
+             {"network namespace", CLONE_NEWNET}, {"ipc namespace", CLONE_NEWIPC},
+             {"uts namespace", CLONE_NEWUTS},     {"cgroup namespace", CLONE_NEWCGROUP}};
   for (const auto& ns : kNs) {
     LayerReport r{ns.name, LayerState::kAvailable, "clone3 with it works", true};
     // Inside a new user namespace, as the sandbox makes it.
@@ -120,7 +121,8 @@ std::vector<LayerReport> ProbeNamespacesAndKernel() {
     out.push_back(r);
   }
   {
-    LayerReport r{"no_new_privs", LayerState::kAvailable, "PR_SET_NO_NEW_PRIVS (Linux >= 3.5)", true};
+    LayerReport r{"no_new_privs", LayerState::kAvailable, "PR_SET_NO_NEW_PRIVS (Linux >= 3.5)",
+                  true};
     out.push_back(r);
   }
   {
@@ -128,14 +130,18 @@ std::vector<LayerReport> ProbeNamespacesAndKernel() {
     const int abi = sys::LandlockAbiVersion();
     if (abi < 0) {
       r.state = LayerState::kMissing;
-      r.detail = errno == EOPNOTSUPP ? "built but disabled (add landlock to the lsm= boot parameter)"
-                                     : std::string("not supported: ") + std::strerror(errno);
+      r.detail = errno == EOPNOTSUPP
+                     ? "built but disabled (add landlock to the lsm= boot parameter)"
+                     : std::string("not supported: ") + std::strerror(errno);
     } else {
       r.detail = "ABI " + std::to_string(abi);
-      if (abi < 4) r.detail += "; TCP restriction needs ABI 4 (network namespace and seccomp still apply)";
+      if (abi < 4)
+        r.detail += "; TCP restriction needs ABI 4 (network namespace and seccomp still apply)";
       if (abi < 6) {
         r.state = LayerState::kDegraded;
-        r.detail += "; signal and abstract-socket scoping need ABI 6 (the pid namespace still isolates signals)";
+        r.detail +=
+            "; signal and abstract-socket scoping need ABI 6 (the pid namespace still isolates "
+            "signals)";
       } else {
         r.detail += ": filesystem writes, TCP, signals and abstract unix sockets restricted";
       }

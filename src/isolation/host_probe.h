@@ -12,9 +12,9 @@ enum class LayerState { kAvailable, kDegraded, kMissing };
 std::string_view ToString(LayerState s);
 
 struct LayerReport {
-  std::string name;    // "user namespace", "cgroup", "landlock", ...
+  std::string name;  // "user namespace", "cgroup", "landlock", ...
   LayerState state = LayerState::kMissing;
-  std::string detail;  // why: the errno, the ABI, the controllers
+  std::string detail;    // why: the errno, the ABI, the controllers
   bool required = true;  // by the strict default policy
 };
 

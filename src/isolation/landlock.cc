@@ -27,7 +27,7 @@ constexpr uint64_t kRead = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_REA
 // Nothing written in the sandbox is executable, whatever the mount flags: a
 // copy in /tmp or /workspace, a memfd exec'd as /proc/self/fd/N (its file is
 // beneath none of these).
-constexpr const char* kExecutableTrees[] = {"/usr",   "/bin",  "/sbin",   "/lib",
+constexpr const char* kExecutableTrees[] = {"/usr",   "/bin",   "/sbin",   "/lib",
                                             "/lib32", "/lib64", "/libx32", "/opt/kiln"};
 
 int AddRule(int ruleset, const char* path, uint64_t access) {
@@ -74,13 +74,12 @@ int ApplyLandlockInChild(const LandlockPlan& plan) {
   if (ruleset < 0) return -1;
   // Writable trees get every right but making device nodes (which the missing
   // CAP_MKNOD and nodev refuse anyway).
-  const uint64_t writable = plan.handled_fs & ~(LANDLOCK_ACCESS_FS_MAKE_CHAR |
-                                                LANDLOCK_ACCESS_FS_MAKE_BLOCK);
+  const uint64_t writable =
+      plan.handled_fs & ~(LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_BLOCK);
   // Device nodes: read, write (truncate for open(..., "w")), ioctl.
-  const uint64_t device = plan.handled_fs & (LANDLOCK_ACCESS_FS_READ_FILE |
-                                             LANDLOCK_ACCESS_FS_WRITE_FILE |
-                                             LANDLOCK_ACCESS_FS_TRUNCATE |
-                                             LANDLOCK_ACCESS_FS_IOCTL_DEV);
+  const uint64_t device =
+      plan.handled_fs & (LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_WRITE_FILE |
+                         LANDLOCK_ACCESS_FS_TRUNCATE | LANDLOCK_ACCESS_FS_IOCTL_DEV);
   int rc = AddRule(ruleset, "/", kRead);
   for (const char* p : kExecutableTrees) {
     if (rc != 0) break;

@@ -23,7 +23,8 @@ constexpr const char* kStagingRoot = "/tmp";  // covered by our tmpfs in the new
 
 std::string PasswdContent(const MountLayout& l) {
   return "root:x:0:0:root:/root:/usr/sbin/nologin\n"
-         "sandbox:x:" + std::to_string(l.inside_uid) + ":" + std::to_string(l.inside_gid) +
+         "sandbox:x:" +
+         std::to_string(l.inside_uid) + ":" + std::to_string(l.inside_gid) +
          ":kiln sandbox:/tmp:/usr/sbin/nologin\n"
          "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
 }
@@ -73,8 +74,8 @@ class Builder {
   void BindRoDetached(const std::string& src, const std::string& dst) {
     Mkdir(dst, SetupStep::kMountBinds);
     const int slot = next_slot_++;
-    plan_->Add({MountOpKind::kOpenTree, SetupStep::kMountBinds, plan_->Intern(src), plan_->Intern(dst),
-                0, nullptr, 0, slot, 0});
+    plan_->Add({MountOpKind::kOpenTree, SetupStep::kMountBinds, plan_->Intern(src),
+                plan_->Intern(dst), 0, nullptr, 0, slot, 0});
     plan_->Add({MountOpKind::kAttachTree, SetupStep::kMountBinds, nullptr, plan_->Intern(T(dst)),
                 LockedFlags(src), nullptr, 0, slot, 0});
   }
@@ -89,8 +90,8 @@ class Builder {
                 content.size(), -1, mode});
   }
   void Tmpfs(const std::string& p, unsigned long flags, const std::string& data, SetupStep step) {
-    plan_->Add({MountOpKind::kTmpfs, step, nullptr, plan_->Intern(T(p)), flags,
-                plan_->Intern(data), 0, -1, 0});
+    plan_->Add({MountOpKind::kTmpfs, step, nullptr, plan_->Intern(T(p)), flags, plan_->Intern(data),
+                0, -1, 0});
   }
   void Op(MountOpKind kind, SetupStep step, const std::string& src, const std::string& dst,
           unsigned long flags = 0) {
@@ -110,8 +111,7 @@ class Builder {
 
 // Detached trees, by slot. Child-side storage: a fixed array, no allocation.
 constexpr int kMaxTreeSlots = 16;
-int g_tree_fds[kMaxTreeSlots] = {-1, -1, -1, -1, -1, -1, -1, -1,
-                                 -1, -1, -1, -1, -1, -1, -1, -1};
+int g_tree_fds[kMaxTreeSlots] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
 
 std::string SizeOpt(uint64_t bytes) { return "size=" + std::to_string(bytes); }
 
@@ -146,8 +146,9 @@ void AddPrivateMounts(Builder& b, MountPlan& plan, const MountLayout& layout) {
                           "/proc/schedstat", "/proc/swaps"}) {
       b.Op(MountOpKind::kMaskFile, SetupStep::kMountProc, "/dev/null", f);
     }
-    for (const char* d : {"/proc/acpi", "/proc/scsi", "/proc/bus", "/proc/irq", "/proc/fs",
-                          "/proc/driver", "/proc/asound", "/proc/tty", "/proc/sys", "/proc/pressure"}) {
+    for (const char* d :
+         {"/proc/acpi", "/proc/scsi", "/proc/bus", "/proc/irq", "/proc/fs", "/proc/driver",
+          "/proc/asound", "/proc/tty", "/proc/sys", "/proc/pressure"}) {
       b.Op(MountOpKind::kMaskDir, SetupStep::kMountProc, "", d);
     }
   }
@@ -224,8 +225,8 @@ Result<MountPlan> BuildMountPlan(const MountLayout& layout) {
   b.File("/etc/hosts", "127.0.0.1\tlocalhost kiln\n::1\tlocalhost\n", 0444, SetupStep::kMountRoot);
   b.File("/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n", 0444,
          SetupStep::kMountRoot);
-  for (const char* f : {"/etc/ld.so.cache", "/etc/matplotlibrc", "/etc/timezone",
-                        "/etc/mime.types", "/etc/localtime"}) {
+  for (const char* f : {"/etc/ld.so.cache", "/etc/matplotlibrc", "/etc/timezone", "/etc/mime.types",
+                        "/etc/localtime"}) {
     std::error_code ec;
     const auto st = fs::symlink_status(f, ec);
     if (ec || !fs::exists(st)) continue;
@@ -239,8 +240,8 @@ Result<MountPlan> BuildMountPlan(const MountLayout& layout) {
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator("/etc", ec)) {
       const std::string name = entry.path().filename().string();
-      const bool wanted = name == "alternatives" || name == "fonts" ||
-                          name.rfind("python3", 0) == 0;
+      const bool wanted =
+          name == "alternatives" || name == "fonts" || name.rfind("python3", 0) == 0;
       if (wanted && entry.is_directory(ec) && !entry.is_symlink(ec)) {
         b.BindRo(entry.path().string(), entry.path().string(), true);
       }
@@ -256,7 +257,8 @@ Result<MountPlan> BuildMountPlan(const MountLayout& layout) {
   }
   for (const auto& p : layout.extra_ro_paths) {
     std::error_code ec;
-    if (!fs::is_directory(p, ec)) return InvalidArgument("extra mount '" + p + "' is not a directory");
+    if (!fs::is_directory(p, ec))
+      return InvalidArgument("extra mount '" + p + "' is not a directory");
     // Parents are created one level at a time.
     std::string acc;
     const fs::path parent = fs::path(p).parent_path();
@@ -343,18 +345,13 @@ int ApplyOne(const MountOp& op) {
       if (::mount(op.source, op.target, nullptr, MS_BIND, nullptr) != 0) return -1;
       return ::mount(nullptr, op.target, nullptr,
                      MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, nullptr);
-    case MountOpKind::kTmpfs:
-      return ::mount("tmpfs", op.target, "tmpfs", op.flags, op.data);
-    case MountOpKind::kProc:
-      return ::mount("proc", op.target, "proc", op.flags, op.data);
+    case MountOpKind::kTmpfs: return ::mount("tmpfs", op.target, "tmpfs", op.flags, op.data);
+    case MountOpKind::kProc: return ::mount("proc", op.target, "proc", op.flags, op.data);
     case MountOpKind::kRemountRo:
       return ::mount(nullptr, op.target, nullptr, MS_REMOUNT | MS_RDONLY | op.flags, nullptr);
-    case MountOpKind::kSymlink:
-      return ::symlink(op.source, op.target);
-    case MountOpKind::kWriteFile:
-      return WriteFileAt(op.target, op.data, op.length, op.mode);
-    case MountOpKind::kCopyFd:
-      return CopyFdTo(op.fd, op.target, op.mode);
+    case MountOpKind::kSymlink: return ::symlink(op.source, op.target);
+    case MountOpKind::kWriteFile: return WriteFileAt(op.target, op.data, op.length, op.mode);
+    case MountOpKind::kCopyFd: return CopyFdTo(op.fd, op.target, op.mode);
     case MountOpKind::kMaskFile: {
       struct stat st {};
       if (::lstat(op.target, &st) != 0) return 0;  // nothing to mask on this kernel
@@ -362,8 +359,7 @@ int ApplyOne(const MountOp& op) {
       return ::mount(nullptr, op.target, nullptr,
                      MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, nullptr);
     }
-    case MountOpKind::kOpenTree:
-      return 0;  // done by PrepareMountSourcesInChild
+    case MountOpKind::kOpenTree: return 0;  // done by PrepareMountSourcesInChild
     case MountOpKind::kAttachTree: {
       if (op.fd < 0 || op.fd >= kMaxTreeSlots || g_tree_fds[op.fd] < 0) {
         errno = EBADF;

@@ -31,32 +31,32 @@
 namespace kiln::isolation {
 
 enum class MountOpKind : uint8_t {
-  kMkdir,      // mkdir target (mode)
-  kBindRo,     // bind source on target, then remount ro|nosuid|nodev (+ locked flags)
-  kBindDev,    // bind a device node source on target: ro, nosuid, noexec (not nodev)
-  kTmpfs,      // mount tmpfs on target with flags and data (size=, mode=, uid=)
-  kProc,       // mount proc on target
-  kRemountRo,  // remount target (a mount point we made) read-only, keeping flags
-  kSymlink,    // symlink source (the link text) at target
-  kWriteFile,  // create target with data[0..len) and mode
-  kCopyFd,     // create target with mode and copy the contents of fd
-  kMaskFile,   // bind source (/dev/null) over target if target exists
-  kMaskDir,    // mount an empty read-only tmpfs over target if it exists
-  kOpenTree,   // open_tree(source, OPEN_TREE_CLONE) into slot `fd`, before anything
-               // else and with the caller's host identity (PrepareMountSourcesInChild)
-  kAttachTree, // move_mount the tree in slot `fd` onto target, then ro|nosuid|nodev
+  kMkdir,       // mkdir target (mode)
+  kBindRo,      // bind source on target, then remount ro|nosuid|nodev (+ locked flags)
+  kBindDev,     // bind a device node source on target: ro, nosuid, noexec (not nodev)
+  kTmpfs,       // mount tmpfs on target with flags and data (size=, mode=, uid=)
+  kProc,        // mount proc on target
+  kRemountRo,   // remount target (a mount point we made) read-only, keeping flags
+  kSymlink,     // symlink source (the link text) at target
+  kWriteFile,   // create target with data[0..len) and mode
+  kCopyFd,      // create target with mode and copy the contents of fd
+  kMaskFile,    // bind source (/dev/null) over target if target exists
+  kMaskDir,     // mount an empty read-only tmpfs over target if it exists
+  kOpenTree,    // open_tree(source, OPEN_TREE_CLONE) into slot `fd`, before anything
+                // else and with the caller's host identity (PrepareMountSourcesInChild)
+  kAttachTree,  // move_mount the tree in slot `fd` onto target, then ro|nosuid|nodev
 };
 
 struct MountOp {
   MountOpKind kind;
-  SetupStep step;          // reported when this op fails
-  const char* source;      // host path, link text, or nullptr
-  const char* target;      // absolute path including the staging root
-  unsigned long flags;     // MS_* for mounts (extra flags to keep for binds)
-  const char* data;        // mount data, or file contents for kWriteFile
-  size_t length;           // kWriteFile
-  int fd;                  // kCopyFd; slot index for kOpenTree/kAttachTree
-  uint32_t mode;           // kMkdir, kWriteFile, kCopyFd
+  SetupStep step;       // reported when this op fails
+  const char* source;   // host path, link text, or nullptr
+  const char* target;   // absolute path including the staging root
+  unsigned long flags;  // MS_* for mounts (extra flags to keep for binds)
+  const char* data;     // mount data, or file contents for kWriteFile
+  size_t length;        // kWriteFile
+  int fd;               // kCopyFd; slot index for kOpenTree/kAttachTree
+  uint32_t mode;        // kMkdir, kWriteFile, kCopyFd
 };
 
 // Owns the strings the ops point into. Movable, never copied (pointers).
@@ -84,7 +84,7 @@ class MountPlan final {
 struct MountLayout {
   uid_t inside_uid = 1000;
   gid_t inside_gid = 1000;
-  std::string runtime_dir;      // host path of kiln's runtime/ directory
+  std::string runtime_dir;  // host path of kiln's runtime/ directory
   uint64_t workspace_bytes = 0;
   uint64_t tmp_bytes = 0;
   uint64_t shm_bytes = 0;

@@ -29,9 +29,9 @@ struct RlimitPlan {
 
 struct RlimitInputs {
   uint64_t open_files;
-  uint64_t file_size;     // the workspace cap: no single file can be larger
+  uint64_t file_size;  // the workspace cap: no single file can be larger
   double cpu_seconds;
-  bool cgroup_fallback;   // true: also RLIMIT_DATA and RLIMIT_NPROC
+  bool cgroup_fallback;  // true: also RLIMIT_DATA and RLIMIT_NPROC
   uint64_t memory_bytes;
   uint64_t pids;
 };

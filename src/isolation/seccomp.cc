@@ -388,10 +388,8 @@ bool IsSeccompOpcode(uint16_t code) {
     case BPF_JMP | BPF_JGT | BPF_K:
     case BPF_JMP | BPF_JGT | BPF_X:
     case BPF_JMP | BPF_JSET | BPF_K:
-    case BPF_JMP | BPF_JSET | BPF_X:
-      return true;
-    default:
-      return false;
+    case BPF_JMP | BPF_JSET | BPF_X: return true;
+    default: return false;
   }
 }
 
@@ -500,51 +498,23 @@ uint32_t EvaluateSeccomp(const BpfProgram& program, const seccomp_data& data) {
     const uint32_t k = insn.k;
     const uint32_t src = BPF_SRC(insn.code) == BPF_X ? x : k;
     switch (insn.code) {
-      case BPF_LD | BPF_W | BPF_ABS:
-        std::memcpy(&a, bytes.data() + k, sizeof(a));
-        break;
-      case BPF_LD | BPF_W | BPF_LEN:
-        a = kSeccompDataSize;
-        break;
-      case BPF_LDX | BPF_W | BPF_LEN:
-        x = kSeccompDataSize;
-        break;
-      case BPF_LD | BPF_IMM:
-        a = k;
-        break;
-      case BPF_LDX | BPF_IMM:
-        x = k;
-        break;
-      case BPF_LD | BPF_MEM:
-        a = mem[k];
-        break;
-      case BPF_LDX | BPF_MEM:
-        x = mem[k];
-        break;
-      case BPF_ST:
-        mem[k] = a;
-        break;
-      case BPF_STX:
-        mem[k] = x;
-        break;
-      case BPF_MISC | BPF_TAX:
-        x = a;
-        break;
-      case BPF_MISC | BPF_TXA:
-        a = x;
-        break;
+      case BPF_LD | BPF_W | BPF_ABS: std::memcpy(&a, bytes.data() + k, sizeof(a)); break;
+      case BPF_LD | BPF_W | BPF_LEN: a = kSeccompDataSize; break;
+      case BPF_LDX | BPF_W | BPF_LEN: x = kSeccompDataSize; break;
+      case BPF_LD | BPF_IMM: a = k; break;
+      case BPF_LDX | BPF_IMM: x = k; break;
+      case BPF_LD | BPF_MEM: a = mem[k]; break;
+      case BPF_LDX | BPF_MEM: x = mem[k]; break;
+      case BPF_ST: mem[k] = a; break;
+      case BPF_STX: mem[k] = x; break;
+      case BPF_MISC | BPF_TAX: x = a; break;
+      case BPF_MISC | BPF_TXA: a = x; break;
       case BPF_ALU | BPF_ADD | BPF_K:
-      case BPF_ALU | BPF_ADD | BPF_X:
-        a += src;
-        break;
+      case BPF_ALU | BPF_ADD | BPF_X: a += src; break;
       case BPF_ALU | BPF_SUB | BPF_K:
-      case BPF_ALU | BPF_SUB | BPF_X:
-        a -= src;
-        break;
+      case BPF_ALU | BPF_SUB | BPF_X: a -= src; break;
       case BPF_ALU | BPF_MUL | BPF_K:
-      case BPF_ALU | BPF_MUL | BPF_X:
-        a *= src;
-        break;
+      case BPF_ALU | BPF_MUL | BPF_X: a *= src; break;
       case BPF_ALU | BPF_DIV | BPF_K:
       case BPF_ALU | BPF_DIV | BPF_X:
         // Classic BPF ends the program with 0 on division by zero (the kernel
@@ -554,54 +524,29 @@ uint32_t EvaluateSeccomp(const BpfProgram& program, const seccomp_data& data) {
         a /= src;
         break;
       case BPF_ALU | BPF_AND | BPF_K:
-      case BPF_ALU | BPF_AND | BPF_X:
-        a &= src;
-        break;
+      case BPF_ALU | BPF_AND | BPF_X: a &= src; break;
       case BPF_ALU | BPF_OR | BPF_K:
-      case BPF_ALU | BPF_OR | BPF_X:
-        a |= src;
-        break;
+      case BPF_ALU | BPF_OR | BPF_X: a |= src; break;
       case BPF_ALU | BPF_XOR | BPF_K:
-      case BPF_ALU | BPF_XOR | BPF_X:
-        a ^= src;
-        break;
+      case BPF_ALU | BPF_XOR | BPF_X: a ^= src; break;
       // The eBPF interpreter and JITs mask a 32-bit shift count to 5 bits.
       case BPF_ALU | BPF_LSH | BPF_K:
-      case BPF_ALU | BPF_LSH | BPF_X:
-        a <<= (src & 31);
-        break;
+      case BPF_ALU | BPF_LSH | BPF_X: a <<= (src & 31); break;
       case BPF_ALU | BPF_RSH | BPF_K:
-      case BPF_ALU | BPF_RSH | BPF_X:
-        a >>= (src & 31);
-        break;
-      case BPF_ALU | BPF_NEG:
-        a = 0u - a;
-        break;
-      case BPF_JMP | BPF_JA:
-        pc += k;
-        break;
+      case BPF_ALU | BPF_RSH | BPF_X: a >>= (src & 31); break;
+      case BPF_ALU | BPF_NEG: a = 0u - a; break;
+      case BPF_JMP | BPF_JA: pc += k; break;
       case BPF_JMP | BPF_JEQ | BPF_K:
-      case BPF_JMP | BPF_JEQ | BPF_X:
-        pc += (a == src) ? insn.jt : insn.jf;
-        break;
+      case BPF_JMP | BPF_JEQ | BPF_X: pc += (a == src) ? insn.jt : insn.jf; break;
       case BPF_JMP | BPF_JGT | BPF_K:
-      case BPF_JMP | BPF_JGT | BPF_X:
-        pc += (a > src) ? insn.jt : insn.jf;
-        break;
+      case BPF_JMP | BPF_JGT | BPF_X: pc += (a > src) ? insn.jt : insn.jf; break;
       case BPF_JMP | BPF_JGE | BPF_K:
-      case BPF_JMP | BPF_JGE | BPF_X:
-        pc += (a >= src) ? insn.jt : insn.jf;
-        break;
+      case BPF_JMP | BPF_JGE | BPF_X: pc += (a >= src) ? insn.jt : insn.jf; break;
       case BPF_JMP | BPF_JSET | BPF_K:
-      case BPF_JMP | BPF_JSET | BPF_X:
-        pc += (a & src) != 0 ? insn.jt : insn.jf;
-        break;
-      case BPF_RET | BPF_K:
-        return k;
-      case BPF_RET | BPF_A:
-        return a;
-      default:
-        return SECCOMP_RET_KILL_PROCESS;  // unreachable: validated above
+      case BPF_JMP | BPF_JSET | BPF_X: pc += (a & src) != 0 ? insn.jt : insn.jf; break;
+      case BPF_RET | BPF_K: return k;
+      case BPF_RET | BPF_A: return a;
+      default: return SECCOMP_RET_KILL_PROCESS;  // unreachable: validated above
     }
   }
   return SECCOMP_RET_KILL_PROCESS;  // unreachable: the last instruction is a RET

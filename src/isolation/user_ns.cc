@@ -53,11 +53,13 @@ Result<UidSlot> UidSlot::Acquire(const std::string& lock_dir) {
 }
 
 Status WriteIdMapsFromParent(pid_t child, const UidSlot& slot) {
-  KILN_TRY(WriteProcFile(child, "uid_map",
-                         std::to_string(kInsideUid) + " " + std::to_string(slot.outer_uid()) + " 1\n"));
+  KILN_TRY(
+      WriteProcFile(child, "uid_map",
+                    std::to_string(kInsideUid) + " " + std::to_string(slot.outer_uid()) + " 1\n"));
   if (!slot.privileged()) KILN_TRY(WriteProcFile(child, "setgroups", "deny"));
-  return WriteProcFile(child, "gid_map",
-                       std::to_string(kInsideGid) + " " + std::to_string(slot.outer_gid()) + " 1\n");
+  return WriteProcFile(
+      child, "gid_map",
+      std::to_string(kInsideGid) + " " + std::to_string(slot.outer_gid()) + " 1\n");
 }
 
 int SetInsideIdsInChild(bool drop_groups) {

@@ -150,8 +150,7 @@ Engine::Disposition Engine::Handle(const json& message, const Emit& emit) {
     case jsonrpc::Kind::kNotification:
       if (m.error_code == 0) HandleNotification(m.method, m.params);
       return Disposition::kNoReply;
-    case jsonrpc::Kind::kRequest:
-      return HandleRequest(m.method, m.id, m.params, emit);
+    case jsonrpc::Kind::kRequest: return HandleRequest(m.method, m.id, m.params, emit);
   }
   return Disposition::kNoReply;
 }

@@ -131,8 +131,11 @@ std::string Text(const json& response) {
 // A result or listing from a server may hold members of any type; one of the
 // wrong type is ignored, never thrown on (found by fuzz/mcp_engine_fuzzer.cc).
 TEST(McpTools, OddlyTypedMembersAreIgnored) {
-  const json r = RunPythonResult({{"status", "ok"}, {"stdout", "hi"}, {"stdout_truncated", 1},
-                                  {"stderr_truncated", "yes"}, {"session_state", 7}},
+  const json r = RunPythonResult({{"status", "ok"},
+                                  {"stdout", "hi"},
+                                  {"stdout_truncated", 1},
+                                  {"stderr_truncated", "yes"},
+                                  {"session_state", 7}},
                                  "", true);
   EXPECT_EQ(r["isError"], false);
   EXPECT_EQ(Text({{"result", r}}), "hi");
@@ -143,9 +146,9 @@ TEST(McpTools, OddlyTypedMembersAreIgnored) {
 TEST(McpEngine, MalformedJsonIsAParseErrorWithNullId) {
   Client c;
   for (const std::string& text : std::vector<std::string>{
-        "{", "not json", "", "{\"jsonrpc\": \"2.0\", \"id\": 1,", "\xff\xfe",
-        // nlohmann would stop reading at the NUL and answer the ping
-        std::string("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}") + '\0' + "x"}) {
+           "{", "not json", "", "{\"jsonrpc\": \"2.0\", \"id\": 1,", "\xff\xfe",
+           // nlohmann would stop reading at the NUL and answer the ping
+           std::string("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}") + '\0' + "x"}) {
     EXPECT_EQ(c.SendText(text), Engine::Disposition::kReplied) << text;
     const json r = c.ResponseTo(nullptr, 1s);
     EXPECT_EQ(ErrorCode(r), jsonrpc::kParseError) << text << " -> " << r.dump();
@@ -700,7 +703,8 @@ TEST(McpEngine, ProgressHeartbeatWhileACellIsSilent) {
   // Two beats, 100 ms apart, waited for (a busy host may take longer than
   // 200 ms to run the heartbeat thread twice); the bound is for a broken one.
   const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (c.Notifications("notifications/progress").size() < 2 && std::chrono::steady_clock::now() < deadline) {
+  while (c.Notifications("notifications/progress").size() < 2 &&
+         std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(20ms);
   }
   const auto beats = c.Notifications("notifications/progress");

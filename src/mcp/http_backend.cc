@@ -281,25 +281,17 @@ Error ErrorFromReply(int status, const std::string& body) {
   if (message.empty()) message = "HTTP " + std::to_string(status);
   switch (status) {
     case 400:
-    case 422:
-      return MakeError(Code::kInvalidArgument, message);
+    case 422: return MakeError(Code::kInvalidArgument, message);
     case 401:
       return MakeError(Code::kUnauthenticated, "kiln serve refused the API key: " + message);
-    case 403:
-      return MakeError(Code::kPermissionDenied, message);
-    case 404:
-      return MakeError(Code::kNotFound, message);
-    case 409:
-      return MakeError(Code::kAborted, message);
-    case 410:
-      return MakeError(Code::kNotFound, "the session is gone: " + message);
+    case 403: return MakeError(Code::kPermissionDenied, message);
+    case 404: return MakeError(Code::kNotFound, message);
+    case 409: return MakeError(Code::kAborted, message);
+    case 410: return MakeError(Code::kNotFound, "the session is gone: " + message);
     case 413:
-    case 429:
-      return MakeError(Code::kResourceExhausted, message);
-    case 503:
-      return MakeError(Code::kUnavailable, message);
-    default:
-      break;
+    case 429: return MakeError(Code::kResourceExhausted, message);
+    case 503: return MakeError(Code::kUnavailable, message);
+    default: break;
   }
   return MakeError(Code::kInternal,
                    "kiln serve answered " + std::to_string(status) + ": " + message);

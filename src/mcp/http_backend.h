@@ -78,7 +78,8 @@ class HttpBackend final : public Backend {
 
   // GET of a route of kiln serve at `url` that needs no key (/readyz,
   // /metrics: `kiln doctor --server`): the status and the body.
-  static Result<std::pair<int, std::string>> GetPublic(const std::string& url, const std::string& route,
+  static Result<std::pair<int, std::string>> GetPublic(const std::string& url,
+                                                       const std::string& route,
                                                        std::chrono::seconds timeout);
 
  private:

@@ -375,7 +375,7 @@ TEST_F(McpHttp, IdleSessionsAreReaped) {
                        id),
                   &sse);
   service->ReapIdle();
-  EXPECT_EQ(service->sessions(), 1u);   // not idle yet
+  EXPECT_EQ(service->sessions(), 1u);  // not idle yet
   // The reaper thread (once a second) removes it: waited for, bounded for a
   // broken reaper, since a busy host may run that thread late.
   const auto deadline = std::chrono::steady_clock::now() + 10s;

@@ -25,23 +25,16 @@ bool AtLeast(std::string_view version, std::string_view since) { return version 
 
 std::string Describe(const json& value) {
   switch (value.type()) {
-    case json::value_t::null:
-      return "null";
-    case json::value_t::boolean:
-      return "a boolean";
-    case json::value_t::string:
-      return "a string";
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
     case json::value_t::number_integer:
     case json::value_t::number_unsigned:
-    case json::value_t::number_float:
-      return "a number";
-    case json::value_t::array:
-      return "an array";
-    case json::value_t::object:
-      return "an object";
+    case json::value_t::number_float: return "a number";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
     case json::value_t::binary:
-    case json::value_t::discarded:
-      break;
+    case json::value_t::discarded: break;
   }
   return "an unexpected value";
 }
@@ -605,10 +598,8 @@ json RunPythonResult(const json& result, const std::string& note, bool structure
     if (const auto e = r.find("error"); e != r.end() && e->is_object())
       t.Add("error", TracebackText(*e) + "\n");
   }
-  if (BoolOf(r, "stdout_truncated"))
-    t.Add("kiln", "(stdout was truncated at the output limit)\n");
-  if (BoolOf(r, "stderr_truncated"))
-    t.Add("kiln", "(stderr was truncated at the output limit)\n");
+  if (BoolOf(r, "stdout_truncated")) t.Add("kiln", "(stdout was truncated at the output limit)\n");
+  if (BoolOf(r, "stderr_truncated")) t.Add("kiln", "(stderr was truncated at the output limit)\n");
   if (const auto d = r.find("outputs_dropped");
       d != r.end() && d->is_number_integer() && d->get<int64_t>() > 0) {
     t.Add("kiln", "(" + std::to_string(d->get<int64_t>()) +

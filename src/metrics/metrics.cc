@@ -89,10 +89,11 @@ struct Metrics::Impl {
                  .Name("kiln_http_requests_total")
                  .Help("HTTP requests by route template and status code.")
                  .Register(*registry)),
-        pool_sandboxes(prometheus::BuildGauge()
-                           .Name("kiln_pool_sandboxes")
-                           .Help("Warm pool sandboxes by profile and state (ready, refilling, in_use).")
-                           .Register(*registry)),
+        pool_sandboxes(
+            prometheus::BuildGauge()
+                .Name("kiln_pool_sandboxes")
+                .Help("Warm pool sandboxes by profile and state (ready, refilling, in_use).")
+                .Register(*registry)),
         pool_target(prometheus::BuildGauge()
                         .Name("kiln_pool_target")
                         .Help("Ready plus refilling sandboxes the warm pool sizes itself to.")
@@ -234,19 +235,23 @@ void Metrics::SetPool(const std::vector<PoolProfile>& profiles) {
     };
     for (const PoolProfile& p : profiles) {
       const std::string profile = impl_->profile_values.Value(p.profile);
-      impl_->pool_sandboxes.Add({{"profile", profile}, {"state", "ready"}}).Set(static_cast<double>(p.ready));
+      impl_->pool_sandboxes.Add({{"profile", profile}, {"state", "ready"}})
+          .Set(static_cast<double>(p.ready));
       impl_->pool_sandboxes.Add({{"profile", profile}, {"state", "refilling"}})
           .Set(static_cast<double>(p.refilling));
-      impl_->pool_sandboxes.Add({{"profile", profile}, {"state", "in_use"}}).Set(static_cast<double>(p.in_use));
+      impl_->pool_sandboxes.Add({{"profile", profile}, {"state", "in_use"}})
+          .Set(static_cast<double>(p.in_use));
       impl_->pool_target.Add({{"profile", profile}}).Set(static_cast<double>(p.target));
       grow(impl_->pool_takes, "hit", {{"profile", profile}, {"result", "hit"}}, profile,
            static_cast<double>(p.hits));
-      grow(impl_->pool_takes, "cold_fallback", {{"profile", profile}, {"result", "cold_fallback"}}, profile,
-           static_cast<double>(p.cold_fallbacks));
-      grow(impl_->pool_refills, "refills", {{"profile", profile}}, profile, static_cast<double>(p.refills));
+      grow(impl_->pool_takes, "cold_fallback", {{"profile", profile}, {"result", "cold_fallback"}},
+           profile, static_cast<double>(p.cold_fallbacks));
+      grow(impl_->pool_refills, "refills", {{"profile", profile}}, profile,
+           static_cast<double>(p.refills));
       grow(impl_->pool_refill_seconds, "refill_seconds", {{"profile", profile}}, profile,
            p.refill_seconds_total);
-      grow(impl_->pool_failures, "failures", {{"profile", profile}}, profile, static_cast<double>(p.failures));
+      grow(impl_->pool_failures, "failures", {{"profile", profile}}, profile,
+           static_cast<double>(p.failures));
       grow(impl_->pool_zygote_starts, "zygote_starts", {{"profile", profile}}, profile,
            static_cast<double>(p.zygote_starts));
     }

@@ -99,12 +99,16 @@ TEST(Metrics, PoolSeriesFollowTheSpawnersCountsAcrossRestarts) {
   std::string text = m.Render();
   EXPECT_TRUE(HasLine(text, "# TYPE kiln_pool_sandboxes gauge")) << text;
   EXPECT_TRUE(HasLine(text, "kiln_pool_sandboxes{profile=\"default\",state=\"ready\"} 2")) << text;
-  EXPECT_TRUE(HasLine(text, "kiln_pool_sandboxes{profile=\"default\",state=\"refilling\"} 1")) << text;
+  EXPECT_TRUE(HasLine(text, "kiln_pool_sandboxes{profile=\"default\",state=\"refilling\"} 1"))
+      << text;
   EXPECT_TRUE(HasLine(text, "kiln_pool_sandboxes{profile=\"default\",state=\"in_use\"} 3")) << text;
   EXPECT_TRUE(HasLine(text, "kiln_pool_target{profile=\"default\"} 4")) << text;
   EXPECT_TRUE(HasLine(text, "# TYPE kiln_pool_takes_total counter")) << text;
-  EXPECT_TRUE(HasLine(text, "kiln_pool_takes_total{profile=\"default\",result=\"hit\"} 10")) << text;
-  EXPECT_TRUE(HasLine(text, "kiln_pool_takes_total{profile=\"default\",result=\"cold_fallback\"} 2")) << text;
+  EXPECT_TRUE(HasLine(text, "kiln_pool_takes_total{profile=\"default\",result=\"hit\"} 10"))
+      << text;
+  EXPECT_TRUE(
+      HasLine(text, "kiln_pool_takes_total{profile=\"default\",result=\"cold_fallback\"} 2"))
+      << text;
   EXPECT_TRUE(HasLine(text, "kiln_pool_refills_total{profile=\"default\"} 12")) << text;
   EXPECT_TRUE(HasLine(text, "kiln_pool_refill_seconds_total{profile=\"default\"} 1.5")) << text;
   EXPECT_TRUE(HasLine(text, "kiln_pool_zygote_starts_total{profile=\"default\"} 1")) << text;
@@ -115,9 +119,12 @@ TEST(Metrics, PoolSeriesFollowTheSpawnersCountsAcrossRestarts) {
   p.hits = 3;
   m.SetPool({p});
   text = m.Render();
-  EXPECT_TRUE(HasLine(text, "kiln_pool_takes_total{profile=\"default\",result=\"hit\"} 18")) << text;
+  EXPECT_TRUE(HasLine(text, "kiln_pool_takes_total{profile=\"default\",result=\"hit\"} 18"))
+      << text;
   EXPECT_TRUE(HasLine(text, "kiln_pool_sandboxes{profile=\"default\",state=\"ready\"} 0")) << text;
-  EXPECT_TRUE(HasLine(text, "kiln_pool_takes_total{profile=\"default\",result=\"cold_fallback\"} 2")) << text;
+  EXPECT_TRUE(
+      HasLine(text, "kiln_pool_takes_total{profile=\"default\",result=\"cold_fallback\"} 2"))
+      << text;
 }
 
 TEST(Metrics, GaugesArePresentBeforeAnythingHappens) {

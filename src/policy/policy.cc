@@ -27,8 +27,8 @@ std::string_view ToString(ImportPolicy::Mode mode) {
 }
 
 const std::vector<std::string>& StrictDenylist() {
-  static const std::vector<std::string> kList = {"os",       "subprocess", "socket",  "sys",
-                                                 "ctypes",   "importlib",  "pkgutil", "shutil"};
+  static const std::vector<std::string> kList = {"os",     "subprocess", "socket",  "sys",
+                                                 "ctypes", "importlib",  "pkgutil", "shutil"};
   return kList;
 }
 
@@ -101,7 +101,8 @@ PolicyBuilder& PolicyBuilder::Memory(uint64_t bytes) {
 
 PolicyBuilder& PolicyBuilder::Cpus(double cpus) {
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  if (!std::isfinite(cpus) || cpus < 0.01 || cpus > static_cast<double>(cores > 0 ? cores : 1) * 4) {
+  if (!std::isfinite(cpus) || cpus < 0.01 ||
+      cpus > static_cast<double>(cores > 0 ? cores : 1) * 4) {
     Fail("cpus", "must be between 0.01 and 4x the host's cores");
   } else {
     policy_.limits_.cpus = cpus;

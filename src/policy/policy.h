@@ -7,8 +7,8 @@
 
 #include <cstdint>
 #include <optional>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/result.h"
@@ -17,8 +17,8 @@ namespace kiln::policy {
 
 // A host file copied into the workspace before the program starts.
 struct InputFile {
-  std::string host_path;  // opened by the supervisor with its own privileges (CLI)
-  std::string name;       // relative path inside the workspace (IsSafeRelativePath)
+  std::string host_path;               // opened by the supervisor with its own privileges (CLI)
+  std::string name;                    // relative path inside the workspace (IsSafeRelativePath)
   std::optional<std::string> content;  // the bytes themselves (API requests); no host path
 };
 
@@ -49,21 +49,21 @@ enum class Requirement {
 // Limits, with their defaults. Every one is enforced by the supervisor or the
 // kernel, never trusted to the sandbox.
 struct Limits {
-  double wall_timeout_s = 30;            // --timeout; 124 exit / status "timeout"
+  double wall_timeout_s = 30;  // --timeout; 124 exit / status "timeout"
   // --cpu-time; total of every process. Only a limit the caller set is
   // enforced as one (status "cpu_limit"); without it the wall clock bounds
   // the cpu time, and RLIMIT_CPU is a backstop above what the wall clock
   // allows (CpuBackstopSeconds), so that a busy loop ends as a "timeout".
   double cpu_time_s = 30;
   bool cpu_time_explicit = false;
-  uint64_t memory_bytes = 512ULL << 20;  // --memory; cgroup memory, swap off
-  double cpus = 1.0;                     // --cpus; cgroup cpu quota
-  uint64_t pids = 256;                   // --pids; processes + threads
-  uint64_t output_bytes = 1ULL << 20;    // --output-limit; per stream
+  uint64_t memory_bytes = 512ULL << 20;     // --memory; cgroup memory, swap off
+  double cpus = 1.0;                        // --cpus; cgroup cpu quota
+  uint64_t pids = 256;                      // --pids; processes + threads
+  uint64_t output_bytes = 1ULL << 20;       // --output-limit; per stream
   uint64_t workspace_bytes = 128ULL << 20;  // --disk; tmpfs cap of the workspace
-  uint64_t tmp_bytes = 64ULL << 20;      // tmpfs cap of /tmp
-  uint64_t shm_bytes = 64ULL << 20;      // tmpfs cap of /dev/shm
-  uint64_t open_files = 1024;            // RLIMIT_NOFILE
+  uint64_t tmp_bytes = 64ULL << 20;         // tmpfs cap of /tmp
+  uint64_t shm_bytes = 64ULL << 20;         // tmpfs cap of /dev/shm
+  uint64_t open_files = 1024;               // RLIMIT_NOFILE
 };
 
 // The per-process RLIMIT_CPU of a sandbox with these limits: the caller's
@@ -139,7 +139,8 @@ class PolicyBuilder final {
   PolicyBuilder& AddReadOnlyMount(std::string path);
 
   // Checks across fields (cpu time defaults to the wall timeout when not set,
-  // as a bound the wall clock enforces; input names are unique) and returns the policy, or the first error.
+  // as a bound the wall clock enforces; input names are unique) and returns the policy, or the
+  // first error.
   Result<SandboxPolicy> Build();
 
  private:

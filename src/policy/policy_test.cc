@@ -174,7 +174,8 @@ TEST(PolicyBuilder, ContentFilesAndRelativePaths) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().message.rfind("files:", 0), 0u);
   EXPECT_FALSE(PolicyBuilder().AddFileContent("a", "x").AddFileContent("a/b", "y").Build().ok());
-  EXPECT_FALSE(PolicyBuilder().Disk(1 << 20).AddFileContent("big", std::string(2 << 20, 'x')).Build().ok());
+  EXPECT_FALSE(
+      PolicyBuilder().Disk(1 << 20).AddFileContent("big", std::string(2 << 20, 'x')).Build().ok());
 }
 
 }  // namespace

@@ -18,9 +18,11 @@ FieldError Err(std::string field, std::string code, std::string message) {
 }
 
 std::optional<FieldError> ParseObject(const std::string& body, nlohmann::json* j) {
-  if (HasNulByte(body)) return Err("", "invalid_json", "the body holds a NUL byte (never part of JSON text)");
+  if (HasNulByte(body))
+    return Err("", "invalid_json", "the body holds a NUL byte (never part of JSON text)");
   if (!JsonDepthWithin(body)) {
-    return Err("", "invalid_json", "the body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    return Err("", "invalid_json",
+               "the body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   }
   *j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (j->is_discarded()) return Err("", "invalid_json", "the body is not valid JSON");
@@ -52,7 +54,8 @@ std::optional<FieldError> Size(const nlohmann::json& v, const std::string& field
 std::optional<FieldError> Seconds(const nlohmann::json& v, const std::string& field, double* out) {
   if (!v.is_number()) return Err(field, "invalid_type", "must be a number of seconds");
   const double d = v.get<double>();
-  if (!std::isfinite(d) || d <= 0) return Err(field, "invalid_value", "must be a positive number of seconds");
+  if (!std::isfinite(d) || d <= 0)
+    return Err(field, "invalid_value", "must be a positive number of seconds");
   *out = d;
   return std::nullopt;
 }
@@ -68,12 +71,14 @@ std::optional<FieldError> FilePath(const std::string& path, const std::string& f
 
 }  // namespace
 
-std::optional<FieldError> ParseSessionCreate(const std::string& body, sessions::SessionOptions* out) {
+std::optional<FieldError> ParseSessionCreate(const std::string& body,
+                                             sessions::SessionOptions* out) {
   nlohmann::json j = nlohmann::json::object();
   if (body.find_first_not_of(" \t\r\n") != std::string::npos) {
     if (auto e = ParseObject(body, &j)) return e;
   }
-  static const char* kKnown[] = {"profile", "memory", "cpus", "timeout", "idle_ttl", "max_lifetime"};
+  static const char* kKnown[] = {"profile", "memory",   "cpus",
+                                 "timeout", "idle_ttl", "max_lifetime"};
   for (const auto& [k, _] : j.items()) {
     bool known = false;
     for (const char* n : kKnown) known = known || k == n;
@@ -114,13 +119,15 @@ std::optional<FieldError> ParseSessionExecute(const std::string& body, SessionEx
   nlohmann::json j;
   if (auto e = ParseObject(body, &j)) return e;
   for (const auto& [k, _] : j.items()) {
-    if (k != "code" && k != "timeout") return Err(k, "unknown_field", "is not a field of this endpoint");
+    if (k != "code" && k != "timeout")
+      return Err(k, "unknown_field", "is not a field of this endpoint");
   }
   if (!j.contains("code")) return Err("code", "missing_field", "is required");
   if (!j["code"].is_string()) return Err("code", "invalid_type", "must be a string");
   out->code = j["code"].get<std::string>();
   if (out->code.empty()) return Err("code", "invalid_value", "must not be empty");
-  if (out->code.size() > kMaxCodeChars) return Err("code", "invalid_value", "must be at most 1 MiB");
+  if (out->code.size() > kMaxCodeChars)
+    return Err("code", "invalid_value", "must be at most 1 MiB");
   if (j.contains("timeout")) {
     double t = 0;
     if (auto e = Seconds(j["timeout"], "timeout", &t)) return e;
@@ -171,28 +178,31 @@ bool IsUserEnvName(const std::string& name) {
   return name.size() < 12 || name.compare(name.size() - 12, 12, "_NUM_THREADS") != 0;
 }
 
-nlohmann::json V1ErrorBody(const std::string& code, const std::string& message, const std::string& field) {
+nlohmann::json V1ErrorBody(const std::string& code, const std::string& message,
+                           const std::string& field) {
   return {{"error",
-           {{"code", code}, {"message", message},
+           {{"code", code},
+            {"message", message},
             {"field", field.empty() ? nlohmann::json(nullptr) : nlohmann::json(field)}}}};
 }
 
 nlohmann::json ReferenceValidationBody(const FieldError& e) {
   nlohmann::json loc = nlohmann::json::array({"body"});
   if (!e.field.empty()) loc.push_back(e.field);
-  return {{"detail", nlohmann::json::array({{{"loc", loc},
-                                             {"msg", e.message},
-                                             {"type", e.code == "missing_field" ? "missing" : "value_error"}}})}};
+  return {{"detail", nlohmann::json::array(
+                         {{{"loc", loc},
+                           {"msg", e.message},
+                           {"type", e.code == "missing_field" ? "missing" : "value_error"}}})}};
 }
 
-std::optional<FieldError> ParseV1Execute(const std::string& body, const std::string& default_profile,
-                                         V1Request* out) {
+std::optional<FieldError> ParseV1Execute(const std::string& body,
+                                         const std::string& default_profile, V1Request* out) {
   nlohmann::json j;
   if (auto e = ParseObject(body, &j)) return e;
   auto& r = out->exec;
   r.profile = default_profile;
-  static const char* kKnown[] = {"code", "timeout", "memory", "cpus", "profile",
-                                 "files", "return_files", "env", "filename"};
+  static const char* kKnown[] = {"code",  "timeout",      "memory", "cpus",    "profile",
+                                 "files", "return_files", "env",    "filename"};
   for (const auto& [k, _] : j.items()) {
     bool known = false;
     for (const char* n : kKnown) known = known || k == n;
@@ -206,7 +216,8 @@ std::optional<FieldError> ParseV1Execute(const std::string& body, const std::str
   if (j.contains("filename")) {
     if (!j["filename"].is_string()) return Err("filename", "invalid_type", "must be a string");
     r.filename = j["filename"].get<std::string>();
-    if (r.filename.empty() || r.filename.size() > 255) return Err("filename", "invalid_value", "must be 1-255 bytes");
+    if (r.filename.empty() || r.filename.size() > 255)
+      return Err("filename", "invalid_value", "must be 1-255 bytes");
   }
   if (j.contains("timeout")) {
     double t = 0;
@@ -233,14 +244,19 @@ std::optional<FieldError> ParseV1Execute(const std::string& body, const std::str
     size_t i = 0;
     for (const auto& f : j["files"]) {
       const std::string at = "files[" + std::to_string(i++) + "]";
-      if (!f.is_object()) return Err(at, "invalid_type", "must be an object {path, content | content_base64}");
-      if (!f.contains("path") || !f["path"].is_string()) return Err(at + ".path", "invalid_type", "must be a string");
+      if (!f.is_object())
+        return Err(at, "invalid_type", "must be an object {path, content | content_base64}");
+      if (!f.contains("path") || !f["path"].is_string())
+        return Err(at + ".path", "invalid_type", "must be a string");
       const std::string path = f["path"].get<std::string>();
       if (auto e = FilePath(path, at + ".path")) return e;
       const bool text = f.contains("content"), b64 = f.contains("content_base64");
-      if (text == b64) return Err(at, "invalid_value", "needs exactly one of content and content_base64");
+      if (text == b64)
+        return Err(at, "invalid_value", "needs exactly one of content and content_base64");
       const auto& v = text ? f["content"] : f["content_base64"];
-      if (!v.is_string()) return Err(at + (text ? ".content" : ".content_base64"), "invalid_type", "must be a string");
+      if (!v.is_string())
+        return Err(at + (text ? ".content" : ".content_base64"), "invalid_type",
+                   "must be a string");
       if (text) {
         r.files.emplace_back(path, v.get<std::string>());
       } else {
@@ -259,7 +275,8 @@ std::optional<FieldError> ParseV1Execute(const std::string& body, const std::str
       std::vector<std::string> globs;
       for (const auto& g : v) {
         if (!g.is_string() || g.get<std::string>().empty() || g.get<std::string>().size() > 1024) {
-          return Err("return_files", "invalid_type", "must be true, false or a list of glob strings");
+          return Err("return_files", "invalid_type",
+                     "must be true, false or a list of glob strings");
         }
         globs.push_back(g.get<std::string>());
       }
@@ -308,27 +325,33 @@ std::optional<FieldError> ParseReferenceExecute(const std::string& body,
     return Err("code", "invalid_value", "String should have between 1 and 100000 characters");
   }
   if (j.contains("timeout") && !j["timeout"].is_null()) {
-    if (!j["timeout"].is_number()) return Err("timeout", "invalid_type", "Input should be a valid number");
+    if (!j["timeout"].is_number())
+      return Err("timeout", "invalid_type", "Input should be a valid number");
     const double t = j["timeout"].get<double>();
-    if (!(t >= 1 && t <= 300)) return Err("timeout", "invalid_value", "Input should be between 1 and 300");
+    if (!(t >= 1 && t <= 300))
+      return Err("timeout", "invalid_value", "Input should be between 1 and 300");
     out->timeout_s = t;
   }
   r.limits.timeout_s = out->timeout_s;
   std::string mem = "1G";
   if (j.contains("mem_limit") && !j["mem_limit"].is_null()) {
-    if (!j["mem_limit"].is_string()) return Err("mem_limit", "invalid_type", "Input should be a valid string");
+    if (!j["mem_limit"].is_string())
+      return Err("mem_limit", "invalid_type", "Input should be a valid string");
     mem = j["mem_limit"].get<std::string>();
   }
   auto m = ParseSize(mem);
   if (!m.ok() || *m < (16ULL << 20)) {
-    return Err("mem_limit", "invalid_value", "Input should be a size such as '512m' or '1G' (at least 16m)");
+    return Err("mem_limit", "invalid_value",
+               "Input should be a size such as '512m' or '1G' (at least 16m)");
   }
   r.limits.memory_bytes = *m;
   double cpus = 1.0;
   if (j.contains("cpu_limit") && !j["cpu_limit"].is_null()) {
-    if (!j["cpu_limit"].is_number()) return Err("cpu_limit", "invalid_type", "Input should be a valid number");
+    if (!j["cpu_limit"].is_number())
+      return Err("cpu_limit", "invalid_type", "Input should be a valid number");
     cpus = j["cpu_limit"].get<double>();
-    if (!(cpus >= 0.1 && cpus <= 8)) return Err("cpu_limit", "invalid_value", "Input should be between 0.1 and 8");
+    if (!(cpus >= 0.1 && cpus <= 8))
+      return Err("cpu_limit", "invalid_value", "Input should be between 0.1 and 8");
   }
   r.limits.cpus = cpus;
   if (j.contains("input_files") && !j["input_files"].is_null()) {
@@ -340,7 +363,8 @@ std::optional<FieldError> ParseReferenceExecute(const std::string& body,
         e->message = "'" + path.substr(0, 100) + "': " + e->message;
         return e;
       }
-      if (!text.is_string()) return Err("input_files", "invalid_type", "Input should be a valid string");
+      if (!text.is_string())
+        return Err("input_files", "invalid_type", "Input should be a valid string");
       r.files.emplace_back(path, text.get<std::string>());
     }
   }

@@ -7,10 +7,9 @@
 // detail list naming the field.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "sessions/session_manager.h"
 #include "spawner/spawner.h"
@@ -18,8 +17,8 @@
 namespace kiln::server {
 
 struct FieldError {
-  std::string field;    // "code", "files[2].path", ...; empty when the body itself is bad
-  std::string code;     // "invalid_json", "missing_field", "invalid_type", "invalid_value"
+  std::string field;  // "code", "files[2].path", ...; empty when the body itself is bad
+  std::string code;   // "invalid_json", "missing_field", "invalid_type", "invalid_value"
   std::string message;
 };
 
@@ -29,8 +28,8 @@ struct V1Request {
 };
 
 // `body` is the raw request body; `default_profile` applies when none is given.
-std::optional<FieldError> ParseV1Execute(const std::string& body, const std::string& default_profile,
-                                         V1Request* out);
+std::optional<FieldError> ParseV1Execute(const std::string& body,
+                                         const std::string& default_profile, V1Request* out);
 
 struct ReferenceRequest {
   spawner::ExecRequest exec;
@@ -44,7 +43,8 @@ std::optional<FieldError> ParseReferenceExecute(const std::string& body,
 
 // POST /v1/sessions: {profile?, memory?, cpus?, timeout?, idle_ttl?, max_lifetime?}.
 // An empty body is an empty object.
-std::optional<FieldError> ParseSessionCreate(const std::string& body, sessions::SessionOptions* out);
+std::optional<FieldError> ParseSessionCreate(const std::string& body,
+                                             sessions::SessionOptions* out);
 
 // POST /v1/sessions/{id}/execute: {code, timeout?}.
 struct SessionExecuteRequest {

@@ -14,7 +14,8 @@ TEST(V1Execute, ParsesEveryField) {
   V1Request r;
   auto e = V1(R"J({"code":"print(1)","timeout":2.5,"memory":"256m","cpus":0.5,"profile":"strict",
                  "files":[{"path":"data/a.txt","content":"hi"},{"path":"b.bin","content_base64":"AAEC"}],
-                 "return_files":["*.png"],"env":{"MY_VAR":"x"}})J", &r);
+                 "return_files":["*.png"],"env":{"MY_VAR":"x"}})J",
+              &r);
   ASSERT_FALSE(e.has_value()) << e->field << ": " << e->message;
   EXPECT_EQ(r.exec.code, "print(1)");
   EXPECT_DOUBLE_EQ(*r.exec.limits.timeout_s, 2.5);
@@ -49,7 +50,8 @@ TEST(V1Execute, ErrorsNameTheField) {
   } cases[] = {
       {"not json", "", "invalid_json"},
       {"[1]", "", "invalid_json"},
-      {"{\"code\":\"1\",\"env\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}",
+      {"{\"code\":\"1\",\"env\":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["
+       "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}",
        "", "invalid_json"},
       {"{}", "code", "missing_field"},
       {R"J({"code":3})J", "code", "invalid_type"},
@@ -59,11 +61,16 @@ TEST(V1Execute, ErrorsNameTheField) {
       {R"J({"code":"1","memory":"12parsecs"})J", "memory", "invalid_value"},
       {R"J({"code":"1","cpus":"two"})J", "cpus", "invalid_type"},
       {R"J({"code":"1","files":{}})J", "files", "invalid_type"},
-      {R"J({"code":"1","files":[{"path":"../etc/passwd","content":"x"}]})J", "files[0].path", "invalid_value"},
-      {R"J({"code":"1","files":[{"path":"/abs","content":"x"}]})J", "files[0].path", "invalid_value"},
-      {R"J({"code":"1","files":[{"path":"a\u0000b","content":"x"}]})J", "files[0].path", "invalid_value"},
-      {R"J({"code":"1","files":[{"path":"a","content":"x","content_base64":"eA=="}]})J", "files[0]", "invalid_value"},
-      {R"J({"code":"1","files":[{"path":"a","content_base64":"!!"}]})J", "files[0].content_base64", "invalid_value"},
+      {R"J({"code":"1","files":[{"path":"../etc/passwd","content":"x"}]})J", "files[0].path",
+       "invalid_value"},
+      {R"J({"code":"1","files":[{"path":"/abs","content":"x"}]})J", "files[0].path",
+       "invalid_value"},
+      {R"J({"code":"1","files":[{"path":"a\u0000b","content":"x"}]})J", "files[0].path",
+       "invalid_value"},
+      {R"J({"code":"1","files":[{"path":"a","content":"x","content_base64":"eA=="}]})J", "files[0]",
+       "invalid_value"},
+      {R"J({"code":"1","files":[{"path":"a","content_base64":"!!"}]})J", "files[0].content_base64",
+       "invalid_value"},
       {R"J({"code":"1","return_files":"yes"})J", "return_files", "invalid_type"},
       {R"J({"code":"1","env":{"LD_PRELOAD":"x"}})J", "env.LD_PRELOAD", "invalid_value"},
       {R"J({"code":"1","env":{"A":1}})J", "env.A", "invalid_type"},
@@ -79,7 +86,8 @@ TEST(V1Execute, ErrorsNameTheField) {
   auto nul = V1(std::string("{\"code\":\"1\"}") + '\0' + "{\"code\":\"2\"}");
   ASSERT_TRUE(nul.has_value());
   EXPECT_EQ(nul->code, "invalid_json");
-  const std::string long_path = R"J({"code":"1","files":[{"path":")J" + std::string(4096, 'a') + R"J(","content":"x"}]})J";
+  const std::string long_path =
+      R"J({"code":"1","files":[{"path":")J" + std::string(4096, 'a') + R"J(","content":"x"}]})J";
   auto e = V1(long_path);
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->field, "files[0].path");
@@ -94,9 +102,11 @@ TEST(ReferenceExecute, DefaultsAndContract) {
   EXPECT_DOUBLE_EQ(*r.exec.limits.cpus, 1.0);
   EXPECT_FALSE(r.return_output_files);
   ReferenceRequest f;
-  ASSERT_FALSE(ParseReferenceExecute(
-      R"J({"code":"x","timeout":5,"mem_limit":"512m","cpu_limit":0.5,"input_files":{"a.txt":"hi"},"return_output_files":true,"extra":1})J",
-      "default", &f).has_value());
+  ASSERT_FALSE(
+      ParseReferenceExecute(
+          R"J({"code":"x","timeout":5,"mem_limit":"512m","cpu_limit":0.5,"input_files":{"a.txt":"hi"},"return_output_files":true,"extra":1})J",
+          "default", &f)
+          .has_value());
   EXPECT_EQ(*f.exec.limits.memory_bytes, 512u << 20);
   EXPECT_TRUE(f.exec.return_files.has_value());
   ASSERT_EQ(f.exec.files.size(), 1u);
@@ -126,7 +136,9 @@ TEST(ReferenceExecute, ValidationErrorsAre422Shaped) {
     EXPECT_EQ(body["detail"][0]["loc"][1], c.field);
   }
   ReferenceRequest big;
-  EXPECT_TRUE(ParseReferenceExecute(R"J({"code":")J" + std::string(100001, 'x') + R"J("})J", "default", &big).has_value());
+  EXPECT_TRUE(ParseReferenceExecute(R"J({"code":")J" + std::string(100001, 'x') + R"J("})J",
+                                    "default", &big)
+                  .has_value());
 }
 
 TEST(SessionCreate, ParsesEveryFieldAndAcceptsAnEmptyBody) {
@@ -136,7 +148,8 @@ TEST(SessionCreate, ParsesEveryFieldAndAcceptsAnEmptyBody) {
   EXPECT_TRUE(o.profile.empty());
   sessions::SessionOptions full;
   auto e = ParseSessionCreate(
-      R"J({"profile":"strict","memory":"64m","cpus":0.5,"timeout":5,"idle_ttl":60,"max_lifetime":600})J", &full);
+      R"J({"profile":"strict","memory":"64m","cpus":0.5,"timeout":5,"idle_ttl":60,"max_lifetime":600})J",
+      &full);
   ASSERT_FALSE(e.has_value()) << e->message;
   EXPECT_EQ(full.profile, "strict");
   EXPECT_EQ(*full.limits.memory_bytes, 64ULL << 20);
@@ -151,11 +164,16 @@ TEST(SessionCreate, BadFieldsAreNamed) {
     const char* body;
     const char* field;
   } cases[] = {
-      {R"J({"idle_ttl":0})J", "idle_ttl"},       {R"J({"idle_ttl":"1m"})J", "idle_ttl"},
-      {R"J({"max_lifetime":-5})J", "max_lifetime"}, {R"J({"memory":"lots"})J", "memory"},
-      {R"J({"cpus":0})J", "cpus"},               {R"J({"timeout":[1]})J", "timeout"},
-      {R"J({"profile":7})J", "profile"},         {R"J({"code":"1"})J", "code"},
-      {R"J([])J", ""},                            {R"J({)J", ""},
+      {R"J({"idle_ttl":0})J", "idle_ttl"},
+      {R"J({"idle_ttl":"1m"})J", "idle_ttl"},
+      {R"J({"max_lifetime":-5})J", "max_lifetime"},
+      {R"J({"memory":"lots"})J", "memory"},
+      {R"J({"cpus":0})J", "cpus"},
+      {R"J({"timeout":[1]})J", "timeout"},
+      {R"J({"profile":7})J", "profile"},
+      {R"J({"code":"1"})J", "code"},
+      {R"J([])J", ""},
+      {R"J({)J", ""},
   };
   for (const auto& c : cases) {
     sessions::SessionOptions o;
@@ -170,8 +188,8 @@ TEST(SessionExecute, NeedsCodeAndAValidTimeout) {
   EXPECT_FALSE(ParseSessionExecute(R"J({"code":"x = 1","timeout":2.5})J", &r).has_value());
   EXPECT_EQ(r.code, "x = 1");
   EXPECT_DOUBLE_EQ(*r.timeout_s, 2.5);
-  for (const char* bad : {R"J({})J", R"J({"code":""})J", R"J({"code":1})J", R"J({"code":"1","timeout":0})J",
-                          R"J({"code":"1","profile":"x"})J"}) {
+  for (const char* bad : {R"J({})J", R"J({"code":""})J", R"J({"code":1})J",
+                          R"J({"code":"1","timeout":0})J", R"J({"code":"1","profile":"x"})J"}) {
     SessionExecuteRequest b;
     EXPECT_TRUE(ParseSessionExecute(bad, &b).has_value()) << bad;
   }

@@ -8,8 +8,8 @@
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <cmath>
-#include <limits>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <random>
 
@@ -87,9 +87,9 @@ http::status StatusFor(Code code) {
 // "memory: 8 GiB is over ..." -> field "memory" (PolicyBuilder and PolicyFor
 // errors start with the field they are about).
 std::string FieldOf(const std::string& message) {
-  static const std::set<std::string> kFields = {"timeout", "cpu_time", "memory", "cpus",   "pids",
-                                                "output_limit", "disk", "files", "profile",
-                                                "idle_ttl", "max_lifetime", "path", "body"};
+  static const std::set<std::string> kFields = {
+      "timeout", "cpu_time", "memory",   "cpus",         "pids", "output_limit", "disk",
+      "files",   "profile",  "idle_ttl", "max_lifetime", "path", "body"};
   const std::string f = message.substr(0, message.find(':'));
   if (f == "file") return "files";
   return kFields.count(f) != 0 ? f : "";
@@ -98,16 +98,25 @@ std::string FieldOf(const std::string& message) {
 }  // namespace
 
 const std::vector<std::string>& Routes() {
-  static const std::vector<std::string> kRoutes = {
-      "GET /healthz", "GET /readyz", "GET /metrics", "GET /openapi.json",
-      "POST /v1/execute", "POST /execute",
-      "POST /v1/sessions", "GET /v1/sessions",
-      "GET /v1/sessions/{id}", "DELETE /v1/sessions/{id}",
-      "POST /v1/sessions/{id}/execute", "POST /v1/sessions/{id}/interrupt",
-      "GET /v1/sessions/{id}/files",
-      "PUT /v1/sessions/{id}/files/{path}", "GET /v1/sessions/{id}/files/{path}",
-      "DELETE /v1/sessions/{id}/files/{path}",
-      "POST /mcp", "GET /mcp", "DELETE /mcp"};
+  static const std::vector<std::string> kRoutes = {"GET /healthz",
+                                                   "GET /readyz",
+                                                   "GET /metrics",
+                                                   "GET /openapi.json",
+                                                   "POST /v1/execute",
+                                                   "POST /execute",
+                                                   "POST /v1/sessions",
+                                                   "GET /v1/sessions",
+                                                   "GET /v1/sessions/{id}",
+                                                   "DELETE /v1/sessions/{id}",
+                                                   "POST /v1/sessions/{id}/execute",
+                                                   "POST /v1/sessions/{id}/interrupt",
+                                                   "GET /v1/sessions/{id}/files",
+                                                   "PUT /v1/sessions/{id}/files/{path}",
+                                                   "GET /v1/sessions/{id}/files/{path}",
+                                                   "DELETE /v1/sessions/{id}/files/{path}",
+                                                   "POST /mcp",
+                                                   "GET /mcp",
+                                                   "DELETE /mcp"};
   return kRoutes;
 }
 
@@ -184,7 +193,8 @@ bool BoundedWrite(int fd, std::string_view data, double timeout_s) {
       continue;
     }
     if (n < 0 && errno != EAGAIN && errno != EINTR) break;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) break;
     pollfd pfd{fd, POLLOUT, 0};
     ::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
@@ -275,7 +285,9 @@ class McpSseWriter final : public mcp::SseWriter {
     for (const auto& [name, value] : headers) fields.emplace_back(name, value);
     return BoundedWrite(fd_, StreamHead(status, fields, request_id_), timeout_s_);
   }
-  bool Write(std::string_view events) override { return BoundedWrite(fd_, Chunk(events), timeout_s_); }
+  bool Write(std::string_view events) override {
+    return BoundedWrite(fd_, Chunk(events), timeout_s_);
+  }
   void End() override { (void)BoundedWrite(fd_, "0\r\n\r\n", timeout_s_); }
 
  private:
@@ -296,13 +308,13 @@ struct HttpServer::Impl {
   std::mutex mu;
   std::condition_variable cv;
   int connections = 0;
-  std::set<int> sockets;                        // open client sockets (for shutdown)
+  std::set<int> sockets;  // open client sockets (for shutdown)
   // Sockets in the middle of reading a request, and since when: a client that
   // trickles bytes (each within SO_RCVTIMEO) still gets client_timeout in all.
   std::map<int, Clock::time_point> reading;
   std::thread reaper;
-  std::set<spawner::CancelToken*> running;      // executions in flight
-  std::unique_ptr<mcp::HttpService> mcp;        // /mcp (with sessions only)
+  std::set<spawner::CancelToken*> running;  // executions in flight
+  std::unique_ptr<mcp::HttpService> mcp;    // /mcp (with sessions only)
 
   // --- connections ---------------------------------------------------------
 
@@ -381,9 +393,10 @@ struct HttpServer::Impl {
       }
       BodyReservation reservation(this);
       if (!gate.refusal && has_body && !reservation.Take(length ? *length : gate.body_limit)) {
-        Response res = Json(http::status::service_unavailable,
-                            V1ErrorBody("server_busy", "the server is receiving too many request bodies; retry"),
-                            parser.get().version(), false);
+        Response res = Json(
+            http::status::service_unavailable,
+            V1ErrorBody("server_busy", "the server is receiving too many request bodies; retry"),
+            parser.get().version(), false);
         res.set(http::field::retry_after, "1");
         deps.metrics->RecordRejection("bodies_in_flight");
         gate.refusal = std::move(res);
@@ -448,8 +461,8 @@ struct HttpServer::Impl {
 
   // What a request may do, decided from its headers alone.
   struct Gate {
-    std::optional<Response> refusal;      // answered without reading the body
-    std::optional<store::KeyInfo> key;    // set for every route that needs one
+    std::optional<Response> refusal;    // answered without reading the body
+    std::optional<store::KeyInfo> key;  // set for every route that needs one
     uint64_t body_limit = 0;
   };
 
@@ -466,16 +479,19 @@ struct HttpServer::Impl {
     switch (Classify(method, target, match)) {
       case Access::kOpen: return gate;
       case Access::kNotFound:
-        gate.refusal = Json(http::status::not_found, V1ErrorBody("not_found", "no route " + target), v, true);
+        gate.refusal =
+            Json(http::status::not_found, V1ErrorBody("not_found", "no route " + target), v, true);
         return gate;
       case Access::kMethodNotAllowed:
-        gate.refusal = Json(http::status::method_not_allowed,
-                            V1ErrorBody("method_not_allowed", method + " is not allowed on " + target), v, true);
+        gate.refusal = Json(
+            http::status::method_not_allowed,
+            V1ErrorBody("method_not_allowed", method + " is not allowed on " + target), v, true);
         return gate;
       case Access::kReference: {
         auto auth = Authenticate(head);
         if (!auth.ok()) {
-          gate.refusal = Json(http::status::service_unavailable, {{"detail", auth.error().message}}, v, true);
+          gate.refusal =
+              Json(http::status::service_unavailable, {{"detail", auth.error().message}}, v, true);
           gate.refusal->set(http::field::retry_after, "5");
         } else if (!*auth) {
           gate.refusal = Json(http::status::unauthorized, {{"detail", "Invalid API Key"}}, v, true);
@@ -487,13 +503,14 @@ struct HttpServer::Impl {
       case Access::kKey: {
         auto auth = Authenticate(head);
         if (!auth.ok()) {
-          gate.refusal = Json(http::status::service_unavailable, V1ErrorBody("unavailable", auth.error().message),
-                              v, true);
+          gate.refusal = Json(http::status::service_unavailable,
+                              V1ErrorBody("unavailable", auth.error().message), v, true);
           gate.refusal->set(http::field::retry_after, "5");
         } else if (!*auth) {
           gate.refusal = Json(http::status::unauthorized,
-                              V1ErrorBody("unauthenticated", "a valid API key is required (Authorization: "
-                                                             "Bearer KEY or X-API-Key: KEY)"),
+                              V1ErrorBody("unauthenticated",
+                                          "a valid API key is required (Authorization: "
+                                          "Bearer KEY or X-API-Key: KEY)"),
                               v, true);
           gate.refusal->set(http::field::www_authenticate, "Bearer");
         } else {
@@ -512,7 +529,8 @@ struct HttpServer::Impl {
   enum class Access { kOpen, kReference, kKey, kNotFound, kMethodNotAllowed };
 
   // Which routes need a key, from the method and path alone.
-  static Access Classify(const std::string& method, const std::string& target, const RouteMatch& match) {
+  static Access Classify(const std::string& method, const std::string& target,
+                         const RouteMatch& match) {
     const std::string route = method + " " + target;
     if (route == "GET /healthz" || route == "GET /readyz" || route == "GET /metrics" ||
         route == "GET /openapi.json") {
@@ -528,8 +546,8 @@ struct HttpServer::Impl {
 
   static Response TooLarge(uint64_t limit, unsigned version) {
     return Json(http::status::payload_too_large,
-                V1ErrorBody("body_too_large", "the request body is over " + std::to_string(limit) + " bytes",
-                            "body"),
+                V1ErrorBody("body_too_large",
+                            "the request body is over " + std::to_string(limit) + " bytes", "body"),
                 version, false);
   }
 
@@ -547,7 +565,8 @@ struct HttpServer::Impl {
     BodyReservation& operator=(const BodyReservation&) = delete;
     bool Take(uint64_t bytes) {
       std::lock_guard<std::mutex> lock(impl_->mu);
-      if (impl_->bodies_in_flight + bytes > impl_->deps.config->server.max_bodies_in_flight_bytes) return false;
+      if (impl_->bodies_in_flight + bytes > impl_->deps.config->server.max_bodies_in_flight_bytes)
+        return false;
       impl_->bodies_in_flight += bytes;
       bytes_ = bytes;
       return true;
@@ -570,10 +589,12 @@ struct HttpServer::Impl {
     max = std::min(max, kMaxDrainBytes);
     char buf[65536];
     uint64_t total = 0;
-    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                             std::chrono::duration<double>(deps.config->server.client_timeout_s));
+    const auto deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(deps.config->server.client_timeout_s));
     while (total < max && !stopping) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (left <= 0) break;
       pollfd pfd{fd, POLLIN, 0};
       if (::poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left, 250))) <= 0) continue;
@@ -626,12 +647,15 @@ struct HttpServer::Impl {
       // refilling does not make the node unready; executions start cold).
       auto pool = deps.spawner->PoolStatus();
       body["pool"] = pool.ok() ? *pool : nlohmann::json{{"error", pool.error().message}};
-      res = Json(ready ? http::status::ok : http::status::service_unavailable, body, req.version(), true);
+      res = Json(ready ? http::status::ok : http::status::service_unavailable, body, req.version(),
+                 true);
     } else if (route == "GET /metrics") {
       deps.metrics->SetActive(deps.admission->active());
       deps.metrics->SetQueued(deps.admission->queued());
-      if (deps.sessions != nullptr) deps.metrics->SetSessions(static_cast<int64_t>(deps.sessions->live()));
-      if (auto pool = deps.spawner->PoolStatus(); pool.ok()) deps.metrics->SetPool(PoolProfilesOf(*pool));
+      if (deps.sessions != nullptr)
+        deps.metrics->SetSessions(static_cast<int64_t>(deps.sessions->live()));
+      if (auto pool = deps.spawner->PoolStatus(); pool.ok())
+        deps.metrics->SetPool(PoolProfilesOf(*pool));
       res = Response{http::status::ok, req.version()};
       res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
       res.body() = deps.metrics->Render();
@@ -643,7 +667,8 @@ struct HttpServer::Impl {
       res.prepare_payload();
     } else if (!key) {
       // Admit refuses every other route without a key; never reached.
-      res = Json(http::status::internal_server_error, V1ErrorBody("internal", "no key checked"), req.version(), false);
+      res = Json(http::status::internal_server_error, V1ErrorBody("internal", "no key checked"),
+                 req.version(), false);
     } else if (route == "POST /v1/execute") {
       res = ExecuteV1(req, *key, peer, socket);
     } else if (match.pattern.rfind("/v1/sessions", 0) == 0) {
@@ -660,7 +685,8 @@ struct HttpServer::Impl {
   }
 
   // Metrics and one log line per request. Never the code or its output (P14).
-  void LogRequest(const Request& req, const Response& res, Clock::time_point started, const std::string& peer) {
+  void LogRequest(const Request& req, const Response& res, Clock::time_point started,
+                  const std::string& peer) {
     std::string target(req.target());
     if (auto q = target.find('?'); q != std::string::npos) target.resize(q);
     const RouteMatch match = MatchPath(target);
@@ -710,8 +736,8 @@ struct HttpServer::Impl {
     std::optional<Error> error;  // refused before running (bad profile/limits) or internal
   };
 
-  Outcome Run(spawner::ExecRequest& exec, const store::KeyInfo& key, const std::string& peer, int client_fd,
-              const spawner::EventFn& on_event = {}) {
+  Outcome Run(spawner::ExecRequest& exec, const store::KeyInfo& key, const std::string& peer,
+              int client_fd, const spawner::EventFn& on_event = {}) {
     Outcome out;
     // Profile and limits first: a request over a maximum is a 400, not a queue slot.
     auto profile = deps.config->Find(exec.profile);
@@ -801,13 +827,14 @@ struct HttpServer::Impl {
     if (Status s = deps.store->FinishExecution(f); !s.ok()) {
       KILN_LOG_ERROR("audit log: {}", s.error().ToString());
     }
-    KILN_LOG_INFO("execution id={} request={} tenant={} profile={} status={} duration_ms={:.1f}", exec.id,
-                  request_id, key.tenant, exec.profile, f.status, f.duration_ms);
+    KILN_LOG_INFO("execution id={} request={} tenant={} profile={} status={} duration_ms={:.1f}",
+                  exec.id, request_id, key.tenant, exec.profile, f.status, f.duration_ms);
     return out;
   }
 
   Response Rejected(const admission::Rejection& r, unsigned version, bool reference) {
-    const auto status = r.tenant_quota ? http::status::too_many_requests : http::status::service_unavailable;
+    const auto status =
+        r.tenant_quota ? http::status::too_many_requests : http::status::service_unavailable;
     nlohmann::json body = reference ? nlohmann::json{{"detail", r.error.message}}
                                     : V1ErrorBody(r.reason, r.error.message);
     Response res = Json(status, body, version, true);
@@ -819,7 +846,8 @@ struct HttpServer::Impl {
   Response V1Error(const Error& e, unsigned version) {
     const auto status = StatusFor(e.code);
     // A field over a profile's limit is the same kind of 400 as any bad field.
-    std::string code = e.code == Code::kInvalidArgument ? "invalid_value" : std::string(ToString(e.code));
+    std::string code =
+        e.code == Code::kInvalidArgument ? "invalid_value" : std::string(ToString(e.code));
     std::string message = e.message;
     // "session_busy: ..." / "session_limit: ...": the code is the prefix.
     for (const char* prefix : {"session_busy", "session_limit"}) {
@@ -838,17 +866,21 @@ struct HttpServer::Impl {
     return res;
   }
 
-  Response ExecuteV1(const Request& req, const store::KeyInfo& key, const std::string& peer, tcp::socket& socket) {
+  Response ExecuteV1(const Request& req, const store::KeyInfo& key, const std::string& peer,
+                     tcp::socket& socket) {
     const int client_fd = socket.native_handle();
     V1Request parsed;
     if (auto e = ParseV1Execute(req.body(), deps.config->server.default_profile, &parsed)) {
-      return Json(http::status::bad_request, V1ErrorBody(e->code, e->message, e->field), req.version(), true);
+      return Json(http::status::bad_request, V1ErrorBody(e->code, e->message, e->field),
+                  req.version(), true);
     }
     std::optional<SseWriter> sse;
     spawner::EventFn on_event;
     if (WantsEventStream(req)) {
       sse.emplace(socket, request_id, deps.config->server.client_timeout_s);
-      on_event = [&sse](std::string_view event, const nlohmann::json& data) { sse->Event(event, data); };
+      on_event = [&sse](std::string_view event, const nlohmann::json& data) {
+        sse->Event(event, data);
+      };
     }
     Outcome out = Run(parsed.exec, key, peer, client_fd, on_event);
     if (out.rejection) return Rejected(*out.rejection, req.version(), false);
@@ -861,7 +893,8 @@ struct HttpServer::Impl {
     if (parsed.return_files) {
       nlohmann::json files = nlohmann::json::array();
       for (const auto& [path, bytes] : out.response->files) {
-        files.push_back({{"path", path}, {"size", bytes.size()}, {"content_base64", Base64Encode(bytes)}});
+        files.push_back(
+            {{"path", path}, {"size", bytes.size()}, {"content_base64", Base64Encode(bytes)}});
       }
       body["files"] = files;
     }
@@ -882,22 +915,26 @@ struct HttpServer::Impl {
     return StreamDone(sse, nlohmann::json::parse(V1Error(e, 11).body(), nullptr, false));
   }
 
-  Response ExecuteReference(const Request& req, const store::KeyInfo& key, const std::string& peer, int client_fd) {
+  Response ExecuteReference(const Request& req, const store::KeyInfo& key, const std::string& peer,
+                            int client_fd) {
     // The reference design's contract, exactly (docs/api.md, "POST /execute");
     // its 401 and 503 are Admit's.
     ReferenceRequest parsed;
     if (auto e = ParseReferenceExecute(req.body(), deps.config->server.default_profile, &parsed)) {
-      return Json(http::status::unprocessable_entity, ReferenceValidationBody(*e), req.version(), true);
+      return Json(http::status::unprocessable_entity, ReferenceValidationBody(*e), req.version(),
+                  true);
     }
     Outcome out = Run(parsed.exec, key, peer, client_fd);
     if (out.rejection) return Rejected(*out.rejection, req.version(), true);
     if (out.error) {
-      const auto status = out.error->code == Code::kInvalidArgument ? http::status::unprocessable_entity
-                                                                   : StatusFor(out.error->code);
+      const auto status = out.error->code == Code::kInvalidArgument
+                              ? http::status::unprocessable_entity
+                              : StatusFor(out.error->code);
       const std::string field = FieldOf(out.error->message);
-      nlohmann::json body = status == http::status::unprocessable_entity
-                                ? ReferenceValidationBody(FieldError{field, "value_error", out.error->message})
-                                : nlohmann::json{{"detail", out.error->message}};
+      nlohmann::json body =
+          status == http::status::unprocessable_entity
+              ? ReferenceValidationBody(FieldError{field, "value_error", out.error->message})
+              : nlohmann::json{{"detail", out.error->message}};
       Response res = Json(status, body, req.version(), true);
       if (out.error->code == Code::kUnavailable) res.set(http::field::retry_after, "1");
       return res;
@@ -924,7 +961,8 @@ struct HttpServer::Impl {
                            {"execution_time", j.value("duration_ms", 0.0) / 1e3}};
     if (parsed.return_output_files) {
       nlohmann::json files = nlohmann::json::object();
-      for (const auto& [path, bytes] : out.response->files) files[path] = bytes;  // text, as the reference
+      for (const auto& [path, bytes] : out.response->files)
+        files[path] = bytes;  // text, as the reference
       body["output_files"] = files;
     } else {
       body["output_files"] = nullptr;
@@ -934,8 +972,11 @@ struct HttpServer::Impl {
 
   // --- MCP (docs/mcp.md) -----------------------------------------------------
 
-  Response Mcp(const Request& req, const store::KeyInfo& key, const std::string& peer, tcp::socket& socket) {
-    if (!mcp) return Json(http::status::service_unavailable, V1ErrorBody("unavailable", "sessions are off"), req.version(), true);
+  Response Mcp(const Request& req, const store::KeyInfo& key, const std::string& peer,
+               tcp::socket& socket) {
+    if (!mcp)
+      return Json(http::status::service_unavailable, V1ErrorBody("unavailable", "sessions are off"),
+                  req.version(), true);
     auto header = [&req](std::string_view name) -> std::optional<std::string> {
       auto it = req.find(boost::beast::string_view(name.data(), name.size()));
       if (it == req.end()) return std::nullopt;
@@ -968,11 +1009,12 @@ struct HttpServer::Impl {
 
   // --- sessions --------------------------------------------------------------
 
-  Response SessionRoute(const Request& req, const store::KeyInfo& key, const std::string& peer, tcp::socket& socket,
-                        const std::string& route, const RouteMatch& m) {
+  Response SessionRoute(const Request& req, const store::KeyInfo& key, const std::string& peer,
+                        tcp::socket& socket, const std::string& route, const RouteMatch& m) {
     const unsigned v = req.version();
     if (deps.sessions == nullptr) {
-      return Json(http::status::service_unavailable, V1ErrorBody("unavailable", "sessions are off"), v, true);
+      return Json(http::status::service_unavailable, V1ErrorBody("unavailable", "sessions are off"),
+                  v, true);
     }
     const sessions::Caller caller{key.tenant, key.id, peer};
     auto no_content = [v] {
@@ -992,7 +1034,8 @@ struct HttpServer::Impl {
       res.set(http::field::location, "/v1/sessions/" + created->value("id", ""));
       return res;
     }
-    if (route == "GET /v1/sessions") return Json(http::status::ok, deps.sessions->List(caller), v, true);
+    if (route == "GET /v1/sessions")
+      return Json(http::status::ok, deps.sessions->List(caller), v, true);
 
     const std::string& id = m.id;
     if (route == "GET /v1/sessions/{id}") {
@@ -1005,7 +1048,8 @@ struct HttpServer::Impl {
     }
     if (route == "POST /v1/sessions/{id}/interrupt") {
       auto r = deps.sessions->Interrupt(caller, id);
-      return r.ok() ? Json(http::status::ok, {{"interrupted", *r}}, v, true) : V1Error(r.error(), v);
+      return r.ok() ? Json(http::status::ok, {{"interrupted", *r}}, v, true)
+                    : V1Error(r.error(), v);
     }
     if (route == "POST /v1/sessions/{id}/execute") {
       SessionExecuteRequest parsed;
@@ -1016,7 +1060,9 @@ struct HttpServer::Impl {
       spawner::EventFn on_event;
       if (WantsEventStream(req)) {
         sse.emplace(socket, request_id, deps.config->server.client_timeout_s);
-        on_event = [&sse](std::string_view event, const nlohmann::json& data) { sse->Event(event, data); };
+        on_event = [&sse](std::string_view event, const nlohmann::json& data) {
+          sse->Event(event, data);
+        };
       }
       auto out = deps.sessions->Execute(caller, id, parsed.code, parsed.timeout_s, on_event,
                                         socket.native_handle());
@@ -1033,21 +1079,25 @@ struct HttpServer::Impl {
     }
     if (route == "GET /v1/sessions/{id}/files") {
       auto files = deps.sessions->ListFiles(caller, id);
-      return files.ok() ? Json(http::status::ok, {{"files", *files}}, v, true) : V1Error(files.error(), v);
+      return files.ok() ? Json(http::status::ok, {{"files", *files}}, v, true)
+                        : V1Error(files.error(), v);
     }
     // /v1/sessions/{id}/files/{path}
     const auto path = PercentDecode(m.path);
     if (!path) {
       return Json(http::status::bad_request,
-                  V1ErrorBody("invalid_value", "the path has a malformed %-escape or an encoded NUL", "path"),
+                  V1ErrorBody("invalid_value",
+                              "the path has a malformed %-escape or an encoded NUL", "path"),
                   v, true);
     }
     auto file_error = [&](const Error& e) {
       if (e.code == Code::kResourceExhausted) {
-        return Json(http::status::payload_too_large, V1ErrorBody("too_large", e.message, "body"), v, true);
+        return Json(http::status::payload_too_large, V1ErrorBody("too_large", e.message, "body"), v,
+                    true);
       }
       if (e.code == Code::kInvalidArgument) {
-        return Json(http::status::bad_request, V1ErrorBody("invalid_value", e.message, "path"), v, true);
+        return Json(http::status::bad_request, V1ErrorBody("invalid_value", e.message, "path"), v,
+                    true);
       }
       if (e.code == Code::kFailedPrecondition) {
         return Json(http::status::conflict, V1ErrorBody("conflict", e.message, "path"), v, true);
@@ -1073,10 +1123,11 @@ struct HttpServer::Impl {
       Status st = deps.sessions->DeleteFile(caller, id, *path);
       return st.ok() ? no_content() : file_error(st.error());
     }
-    return Json(http::status::method_not_allowed,
-                V1ErrorBody("method_not_allowed", std::string(req.method_string()) + " is not allowed on " +
-                                                      std::string(req.target())),
-                v, true);
+    return Json(
+        http::status::method_not_allowed,
+        V1ErrorBody("method_not_allowed", std::string(req.method_string()) + " is not allowed on " +
+                                              std::string(req.target())),
+        v, true);
   }
 };
 
@@ -1090,16 +1141,19 @@ HttpServer::~HttpServer() { Shutdown(std::chrono::milliseconds(0)); }
 
 Result<std::unique_ptr<HttpServer>> HttpServer::Bind(const std::string& listen, Deps deps) {
   const auto colon = listen.rfind(':');
-  if (colon == std::string::npos) return InvalidArgument("listen: '" + listen + "' is not ADDR:PORT");
+  if (colon == std::string::npos)
+    return InvalidArgument("listen: '" + listen + "' is not ADDR:PORT");
   std::string host = listen.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   int port = 0;
   try {
     port = std::stoi(listen.substr(colon + 1));
   } catch (...) {
     port = -1;
   }
-  if (port < 0 || port > 65535) return InvalidArgument("listen: '" + listen + "' has no valid port");
+  if (port < 0 || port > 65535)
+    return InvalidArgument("listen: '" + listen + "' has no valid port");
   auto impl = std::make_unique<Impl>();
   impl->deps = std::move(deps);
   if (impl->deps.sessions != nullptr) {
@@ -1107,14 +1161,16 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Bind(const std::string& listen, 
     const config::Config& cfg = *impl->deps.config;
     mcp::HttpServiceOptions options;
     options.allowed_origins = cfg.server.mcp_allowed_origins;
-    options.idle_ttl = std::chrono::milliseconds(static_cast<int64_t>(cfg.server.session_idle_ttl_s * 1000));
+    options.idle_ttl =
+        std::chrono::milliseconds(static_cast<int64_t>(cfg.server.session_idle_ttl_s * 1000));
     if (auto profile = cfg.Find(cfg.server.default_profile); profile.ok()) {
       options.engine.limits_text = mcp::LimitsText(**profile);
     }
     sessions::SessionManager* manager = impl->deps.sessions;
     impl->mcp = std::make_unique<mcp::HttpService>(
         [manager](const mcp::HttpRequest& r) {
-          return std::make_unique<mcp::LocalBackend>(manager, sessions::Caller{r.tenant, r.key_id, r.peer});
+          return std::make_unique<mcp::LocalBackend>(manager,
+                                                     sessions::Caller{r.tenant, r.key_id, r.peer});
         },
         options);
   }

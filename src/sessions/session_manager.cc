@@ -54,7 +54,8 @@ store::AuditFinish AuditFinishFromResult(const std::string& id, int64_t ended_ms
   f.id = id;
   f.ended_ms = ended_ms;
   f.status = j.value("status", "internal_error");
-  if (j.contains("exit_code") && j["exit_code"].is_number_integer()) f.exit_code = j["exit_code"].get<int>();
+  if (j.contains("exit_code") && j["exit_code"].is_number_integer())
+    f.exit_code = j["exit_code"].get<int>();
   if (j.contains("signal") && j["signal"].is_number_integer()) f.signal = j["signal"].get<int>();
   f.duration_ms = j.value("duration_ms", 0.0);
   f.cpu_ms = j.value("cpu_ms", 0.0);
@@ -107,17 +108,20 @@ size_t SessionManager::live() const {
 
 Result<nlohmann::json> SessionManager::Create(const Caller& caller, const SessionOptions& options) {
   const config::Config& config = *deps_.config;
-  const std::string profile_name = options.profile.empty() ? config.server.default_profile : options.profile;
+  const std::string profile_name =
+      options.profile.empty() ? config.server.default_profile : options.profile;
   auto profile = config.Find(profile_name);
   if (!profile.ok()) return InvalidArgument(profile.error().message);  // "profile: ..."
-  KILN_ASSIGN_OR_RETURN(policy::PolicyBuilder builder, config::PolicyFor(**profile, options.limits));
+  KILN_ASSIGN_OR_RETURN(policy::PolicyBuilder builder,
+                        config::PolicyFor(**profile, options.limits));
   KILN_ASSIGN_OR_RETURN(policy::SandboxPolicy policy, builder.Build());
   const double idle_cap = config.server.session_idle_ttl_s;
   const double life_cap = config.server.session_max_lifetime_s;
   if (options.idle_ttl_s && (*options.idle_ttl_s <= 0 || *options.idle_ttl_s > idle_cap)) {
     return InvalidArgument("idle_ttl: must be more than 0 and at most " + Fmt(idle_cap) + " s");
   }
-  if (options.max_lifetime_s && (*options.max_lifetime_s <= 0 || *options.max_lifetime_s > life_cap)) {
+  if (options.max_lifetime_s &&
+      (*options.max_lifetime_s <= 0 || *options.max_lifetime_s > life_cap)) {
     return InvalidArgument("max_lifetime: must be more than 0 and at most " + Fmt(life_cap) + " s");
   }
   // The profile's maximum timeout bounds every cell's timeout.
@@ -135,7 +139,8 @@ Result<nlohmann::json> SessionManager::Create(const Caller& caller, const Sessio
     const int tenant_cap = config.Tenant(caller.tenant).max_sessions;
     if (tenant_live >= tenant_cap) {
       return MakeError(Code::kResourceExhausted,
-                       "session_limit: tenant '" + caller.tenant + "' has " + std::to_string(tenant_live) +
+                       "session_limit: tenant '" + caller.tenant + "' has " +
+                           std::to_string(tenant_live) +
                            " live sessions, its maximum (delete one, or let one idle out)");
     }
     if (static_cast<int>(sessions_.size()) + starting_total_ >= config.server.max_sessions) {
@@ -192,7 +197,8 @@ Result<std::shared_ptr<SessionManager::Session>> SessionManager::Find(const Call
   if (auto it = sessions_.find(id); it != sessions_.end() && it->second->tenant == caller.tenant) {
     if (!it->second->ended) return it->second;
   }
-  if (auto it = tombstones_.find(id); it != tombstones_.end() && it->second.tenant == caller.tenant) {
+  if (auto it = tombstones_.find(id);
+      it != tombstones_.end() && it->second.tenant == caller.tenant) {
     return MakeError(Code::kGone, "session " + id + " is gone: " + it->second.reason);
   }
   // Unknown and another tenant's look the same.
@@ -211,9 +217,11 @@ Result<nlohmann::json> SessionManager::Get(const Caller& caller, const std::stri
          {"state", busy ? "busy" : "idle"},
          {"created_at", store::FormatTimeMs(s->created_ms, true)},
          {"last_used_at", store::FormatTimeMs(s->last_used_ms, true)},
-         {"expires_at", store::FormatTimeMs(std::min<int64_t>(
-                            s->last_used_ms + static_cast<int64_t>(s->idle_ttl_s * 1000),
-                            s->created_ms + static_cast<int64_t>(s->max_lifetime_s * 1000)), true)},
+         {"expires_at",
+          store::FormatTimeMs(
+              std::min<int64_t>(s->last_used_ms + static_cast<int64_t>(s->idle_ttl_s * 1000),
+                                s->created_ms + static_cast<int64_t>(s->max_lifetime_s * 1000)),
+              true)},
          {"executions", s->executions},
          {"idle_ttl", s->idle_ttl_s},
          {"max_lifetime", s->max_lifetime_s},
@@ -252,12 +260,13 @@ nlohmann::json SessionManager::List(const Caller& caller) {
   return {{"sessions", out}};
 }
 
-void SessionManager::Bury(const std::string& id, const std::string& tenant, const std::string& reason) {
+void SessionManager::Bury(const std::string& id, const std::string& tenant,
+                          const std::string& reason) {
   // mu_ held.
   if (tombstones_.size() >= kMaxTombstones) {
-    auto oldest = std::min_element(tombstones_.begin(), tombstones_.end(), [](const auto& a, const auto& b) {
-      return a.second.at_ms < b.second.at_ms;
-    });
+    auto oldest = std::min_element(
+        tombstones_.begin(), tombstones_.end(),
+        [](const auto& a, const auto& b) { return a.second.at_ms < b.second.at_ms; });
     tombstones_.erase(oldest);
   }
   tombstones_[id] = Tombstone{tenant, reason, NowMs()};
@@ -285,7 +294,8 @@ Status SessionManager::Delete(const Caller& caller, const std::string& id) {
 }
 
 Result<CellOutcome> SessionManager::Execute(const Caller& caller, const std::string& id,
-                                            const std::string& code, std::optional<double> timeout_s,
+                                            const std::string& code,
+                                            std::optional<double> timeout_s,
                                             const spawner::EventFn& on_event, int hangup_fd) {
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
   const double timeout = timeout_s.value_or(s->default_timeout_s);
@@ -357,17 +367,17 @@ Result<CellOutcome> SessionManager::Execute(const Caller& caller, const std::str
     ++s->executions;
   }
   not_busy();
-  KILN_LOG_INFO("execution id={} session={} tenant={} status={} duration_ms={:.1f}", out.execution_id,
-                s->id, caller.tenant, f.status, f.duration_ms);
+  KILN_LOG_INFO("execution id={} session={} tenant={} status={} duration_ms={:.1f}",
+                out.execution_id, s->id, caller.tenant, f.status, f.duration_ms);
   if (!response.ok()) {
     op.unlock();
     End(s, response.error().message);
     return MakeError(Code::kGone, "session " + id + " is gone: " + response.error().message);
   }
-  if (auto gone = s->channel->Gone(); gone || response->result.value("session_state", "") == "lost") {
-    const std::string reason =
-        "the last cell ended it (" + response->result.value("status", "") + ": " +
-        response->result.value("reason", "") + ")";
+  if (auto gone = s->channel->Gone();
+      gone || response->result.value("session_state", "") == "lost") {
+    const std::string reason = "the last cell ended it (" + response->result.value("status", "") +
+                               ": " + response->result.value("reason", "") + ")";
     op.unlock();
     End(s, reason);
   }
@@ -391,8 +401,9 @@ Result<std::unique_lock<std::mutex>> SessionManager::Claim(Session& s) {
     std::lock_guard<std::mutex> lock(mu_);
     if (s.ended) return MakeError(Code::kGone, "session " + s.id + " is gone");
     if (s.busy) {
-      return MakeError(Code::kAborted, "session_busy: a cell or file operation of this session is running; "
-                                       "cells of one session run one at a time");
+      return MakeError(Code::kAborted,
+                       "session_busy: a cell or file operation of this session is running; "
+                       "cells of one session run one at a time");
     }
     s.busy = true;
   }
@@ -418,9 +429,10 @@ Status SessionManager::PutFile(const Caller& caller, const std::string& id, cons
                                const std::string& bytes) {
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
   if (bytes.size() > deps_.config->server.max_file_bytes) {
-    return MakeError(Code::kResourceExhausted, "body: the file is over the " +
-                                                   std::to_string(deps_.config->server.max_file_bytes) +
-                                                   "-byte limit per file");
+    return MakeError(Code::kResourceExhausted,
+                     "body: the file is over the " +
+                         std::to_string(deps_.config->server.max_file_bytes) +
+                         "-byte limit per file");
   }
   Status st = WithOp(*s, [&]() -> Status {
     return s->channel ? s->channel->PutFile(path, bytes) : Status(MakeError(Code::kGone, "gone"));
@@ -445,7 +457,8 @@ Result<nlohmann::json> SessionManager::ListFiles(const Caller& caller, const std
   });
 }
 
-Status SessionManager::DeleteFile(const Caller& caller, const std::string& id, const std::string& path) {
+Status SessionManager::DeleteFile(const Caller& caller, const std::string& id,
+                                  const std::string& path) {
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
   return WithOp(*s, [&]() -> Status {
     if (!s->channel) return MakeError(Code::kGone, "gone");

@@ -23,11 +23,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "admission/admission.h"
 #include "base/result.h"
@@ -56,7 +55,7 @@ struct SessionOptions {
 struct Deps {
   const config::Config* config = nullptr;
   spawner::Spawner* spawner = nullptr;
-  store::Store* store = nullptr;                       // optional: no audit rows
+  store::Store* store = nullptr;                        // optional: no audit rows
   admission::AdmissionController* admission = nullptr;  // optional: cells not admitted
   metrics::Metrics* metrics = nullptr;                  // optional
 };

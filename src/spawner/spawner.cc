@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <map>
@@ -24,10 +24,10 @@
 #include "base/log.h"
 #include "ipc/frame.h"
 #include "supervisor/sandbox.h"
-#include "zygote/handoff.h"
 #include "supervisor/workspace_files.h"
 #include "sys/fd_passing.h"
 #include "sys/syscalls.h"
+#include "zygote/handoff.h"
 
 namespace kiln::spawner {
 namespace {
@@ -56,7 +56,8 @@ nlohmann::json ErrorFrame(const Error& e) {
 }
 
 Error ErrorOf(const nlohmann::json& frame) {
-  return MakeError(CodeFromName(frame.value("code", "internal")), frame.value("message", "unknown error"));
+  return MakeError(CodeFromName(frame.value("code", "internal")),
+                   frame.value("message", "unknown error"));
 }
 
 }  // namespace
@@ -171,11 +172,13 @@ nlohmann::json LimitsToJson(const config::LimitSpec& l) {
 Result<config::LimitSpec> LimitsFromJson(const nlohmann::json& l) {
   if (!l.is_object()) return InvalidArgument("limits must be an object");
   auto num = [&l](const char* k) -> std::optional<double> {
-    return l.contains(k) && l[k].is_number() ? std::optional<double>(l[k].get<double>()) : std::nullopt;
+    return l.contains(k) && l[k].is_number() ? std::optional<double>(l[k].get<double>())
+                                             : std::nullopt;
   };
   auto u64 = [&l](const char* k) -> std::optional<uint64_t> {
-    return l.contains(k) && l[k].is_number_unsigned() ? std::optional<uint64_t>(l[k].get<uint64_t>())
-                                                      : std::nullopt;
+    return l.contains(k) && l[k].is_number_unsigned()
+               ? std::optional<uint64_t>(l[k].get<uint64_t>())
+               : std::nullopt;
   };
   config::LimitSpec out;
   out.timeout_s = num("timeout_s");
@@ -196,7 +199,8 @@ nlohmann::json ResultFrame(const supervisor::ExecutionResult& result) {
   return {{"type", "result"}, {"result", supervisor::ToJson(result, false)}, {"files", files}};
 }
 
-Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const std::string& profile_name,
+Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config,
+                                          const std::string& profile_name,
                                           const config::LimitSpec& limits,
                                           std::vector<std::pair<std::string, std::string>>* files) {
   KILN_ASSIGN_OR_RETURN(const config::Profile* profile, config.Find(profile_name));
@@ -209,8 +213,8 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
 }
 
 // One-shot: one request, one sandbox, one result.
-[[noreturn]] void RunOneShot(FramedChannel& ch, const nlohmann::json& frame, const config::Config& config,
-                             const supervisor::HostContext& host,
+[[noreturn]] void RunOneShot(FramedChannel& ch, const nlohmann::json& frame,
+                             const config::Config& config, const supervisor::HostContext& host,
                              std::optional<zygote::Handoff> pooled) {
   auto reply_error = [&ch](const Error& e) {
     (void)ch.Write(ErrorFrame(e));
@@ -236,8 +240,7 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
   std::optional<supervisor::AdoptedSandbox> adopted;
   if (pooled) {
     auto profile = config.Find(request->profile);
-    if (profile.ok() &&
-        zygote::PoolEligible(config, **profile, request->limits, request->env)) {
+    if (profile.ok() && zygote::PoolEligible(config, **profile, request->limits, request->env)) {
       auto a = zygote::Adopt(host, std::move(*pooled));
       if (a.ok()) {
         adopted.emplace(std::move(*a));
@@ -264,8 +267,8 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
 // A session: one sandbox kept between requests (docs/protocol.md section 5),
 // a pooled one when the server found the session eligible (checked again
 // here) and the pool had one ready, else a cold one.
-[[noreturn]] void RunSession(FramedChannel& ch, const nlohmann::json& frame, const config::Config& config,
-                             const supervisor::HostContext& host,
+[[noreturn]] void RunSession(FramedChannel& ch, const nlohmann::json& frame,
+                             const config::Config& config, const supervisor::HostContext& host,
                              std::optional<zygote::Handoff> pooled) {
   auto reply_error = [&ch](const Error& e) {
     (void)ch.Write(ErrorFrame(e));
@@ -277,7 +280,8 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
   if (!policy.ok()) reply_error(policy.error());
   // RLIMIT_CPU backstop: all the cpu the session could use in its lifetime
   // (cells are limited by the cgroup's accounting).
-  const double rlimit_cpu_s = policy::SessionCpuBudgetSeconds(start->max_lifetime_s, policy->limits());
+  const double rlimit_cpu_s =
+      policy::SessionCpuBudgetSeconds(start->max_lifetime_s, policy->limits());
   std::unique_ptr<supervisor::Sandbox> sandbox;
   if (pooled) {
     auto profile = config.Find(start->profile);
@@ -309,7 +313,8 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
   setup_waiters.cancel_fd = ch.fd();  // anything from the server before ready: it gave up
   if (!sbx.WaitReady(setup_waiters)) {
     supervisor::ExecutionResult r = sbx.Finish({});
-    reply_error(MakeError(Code::kFailedPrecondition, "the session's sandbox did not start: " + r.reason));
+    reply_error(
+        MakeError(Code::kFailedPrecondition, "the session's sandbox did not start: " + r.reason));
   }
   const policy::Limits& limits = policy->limits();
   (void)ch.Write({{"type", "ready"},
@@ -377,7 +382,8 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
         waiters.control_fd = ch.fd();
         waiters.on_control = on_control;
         const supervisor::EventSink sink =
-            stream ? supervisor::EventSink([&ch](std::string_view event, const nlohmann::json& data) {
+            stream ? supervisor::EventSink([&ch](std::string_view event,
+                                                 const nlohmann::json& data) {
               (void)ch.Write({{"type", "event"}, {"event", std::string(event)}, {"data", data}});
             })
                    : supervisor::EventSink();
@@ -419,8 +425,8 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
               done = InvalidArgument("content: not base64");
             } else if (root) {
               auto ids = supervisor::ScopedFsIds::Enter(sbx.outer_uid(), sbx.outer_gid());
-              done = ids.ok() ? supervisor::WriteFileBeneath(ws, *path, *bytes, caps, sbx.outer_uid(),
-                                                             sbx.outer_gid())
+              done = ids.ok() ? supervisor::WriteFileBeneath(ws, *path, *bytes, caps,
+                                                             sbx.outer_uid(), sbx.outer_gid())
                               : Status(std::move(ids).error());
             } else {
               done = supervisor::WriteFileBeneath(ws, *path, *bytes, caps, sbx.outer_uid(),
@@ -452,7 +458,8 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config, const st
   FramedChannel ch{UniqueFd(fd), kMaxRequestBytes};
   auto frame = ch.Read();
   if (!frame.ok()) ::_exit(1);
-  if (frame->value("type", "") == "session_start") RunSession(ch, *frame, config, host, std::move(pooled));
+  if (frame->value("type", "") == "session_start")
+    RunSession(ch, *frame, config, host, std::move(pooled));
   RunOneShot(ch, *frame, config, host, std::move(pooled));
 }
 
@@ -551,7 +558,7 @@ nlohmann::json PoolStatusJson(const std::optional<std::string>& no_pool, bool po
   // sandbox or none, and the supervisors that hold one now.
   std::map<std::string, zygote::PoolStatus> reported;
   std::map<std::string, std::pair<uint64_t, uint64_t>> takes;  // profile -> (hits, misses)
-  std::map<pid_t, std::string> in_use;                        // supervisor -> profile
+  std::map<pid_t, std::string> in_use;                         // supervisor -> profile
   const std::optional<std::string> no_pool = zygote::PoolUnavailableReason(config, host);
   auto start_pool = [&] {
     auto started = zygote::StartPoolProcess(config, host);
@@ -572,7 +579,8 @@ nlohmann::json PoolStatusJson(const std::optional<std::string>& no_pool, bool po
     int status = 0;
     while ((exited = ::waitpid(-1, &status, WNOHANG)) > 0) {
       in_use.erase(exited);
-      if (exited != pool_pid && (WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0)) &&
+      if (exited != pool_pid &&
+          (WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0)) &&
           host.cgroups != nullptr) {
         // A supervisor that died (killed, or crashed) left its sandbox's
         // cgroups behind: they are named after it ("sbx-<pid>-..."); its
@@ -581,7 +589,8 @@ nlohmann::json PoolStatusJson(const std::optional<std::string>& no_pool, bool po
         auto removed = host.cgroups->RemoveStale(
             [&prefix](const std::string& name) { return name.rfind(prefix, 0) == 0; });
         if (removed.ok() && *removed > 0) {
-          KILN_LOG_WARN("a supervisor (pid {}) died; removed {} cgroup(s) it left", exited, *removed);
+          KILN_LOG_WARN("a supervisor (pid {}) died; removed {} cgroup(s) it left", exited,
+                        *removed);
         }
       }
       if (exited == pool_pid) {
@@ -677,9 +686,10 @@ nlohmann::json EncodeRequest(const ExecRequest& r) {
   for (const auto& [path, bytes] : r.files) {
     files.push_back({{"path", path}, {"content_base64", Base64Encode(bytes)}});
   }
-  nlohmann::json j = {{"type", "execute"}, {"id", r.id},     {"profile", r.profile},
-                      {"limits", LimitsToJson(r.limits)},    {"code", r.code},
-                      {"filename", r.filename},              {"files", files}};
+  nlohmann::json j = {{"type", "execute"},    {"id", r.id},
+                      {"profile", r.profile}, {"limits", LimitsToJson(r.limits)},
+                      {"code", r.code},       {"filename", r.filename},
+                      {"files", files}};
   j["return_files"] = r.return_files ? nlohmann::json(*r.return_files) : nlohmann::json(nullptr);
   j["stream"] = r.stream;
   nlohmann::json env = nlohmann::json::object();
@@ -838,9 +848,10 @@ void Spawner::Watch() {
     if (std::chrono::steady_clock::now() - started > std::chrono::seconds(30)) {
       backoff = std::chrono::milliseconds(100);
     }
-    KILN_LOG_ERROR("the spawner (pid {}) {} {}; its executions and sessions are lost; restarting in {} ms",
-                   dead, WIFSIGNALED(status) ? "was killed by signal" : "exited",
-                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), backoff.count());
+    KILN_LOG_ERROR(
+        "the spawner (pid {}) {} {}; its executions and sessions are lost; restarting in {} ms",
+        dead, WIFSIGNALED(status) ? "was killed by signal" : "exited",
+        WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), backoff.count());
     for (;;) {
       pollfd stop{wake_.get(), POLLIN, 0};
       if (::poll(&stop, 1, static_cast<int>(backoff.count())) > 0) return;
@@ -848,7 +859,8 @@ void Spawner::Watch() {
       std::lock_guard<std::mutex> lock(send_mu_);
       Status launched = Launch();
       if (launched.ok()) break;
-      KILN_LOG_ERROR("restarting the spawner: {}; again in {} ms", launched.error().ToString(), backoff.count());
+      KILN_LOG_ERROR("restarting the spawner: {}; again in {} ms", launched.error().ToString(),
+                     backoff.count());
     }
     started = std::chrono::steady_clock::now();
     KILN_LOG_WARN("the spawner is running again (pid {})", pid_.load());
@@ -869,12 +881,14 @@ bool Spawner::Alive() const { return up_; }
 
 Result<UniqueFd> Spawner::NewJob(const std::string& pool_profile, uint64_t* generation) {
   // 'J', or 'P' + the profile: the spawner may hand it a pooled sandbox.
-  return SendJob(pool_profile.empty() || pool_profile.size() > 64 ? "J" : "P" + pool_profile, generation);
+  return SendJob(pool_profile.empty() || pool_profile.size() > 64 ? "J" : "P" + pool_profile,
+                 generation);
 }
 
 Result<UniqueFd> Spawner::SendJob(const std::string& tag, uint64_t* generation) {
   int sp[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) return ErrnoError("socketpair");
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0)
+    return ErrnoError("socketpair");
   UniqueFd job(sp[0]), theirs(sp[1]);
   const int fd = theirs.get();
   std::lock_guard<std::mutex> lock(send_mu_);
@@ -893,7 +907,8 @@ Result<nlohmann::json> Spawner::PoolStatus() {
   // The spawner answers from its loop at once; a spawner that does not
   // within two seconds is busy or stuck: no status rather than a stuck scrape.
   pollfd p{job.get(), POLLIN, 0};
-  if (::poll(&p, 1, 2000) <= 0) return MakeError(Code::kUnavailable, "the spawner did not answer in 2 s");
+  if (::poll(&p, 1, 2000) <= 0)
+    return MakeError(Code::kUnavailable, "the spawner did not answer in 2 s");
   FramedChannel ch(std::move(job), kMaxResponseBytes);
   auto frame = ch.Read();
   if (!frame.ok()) return Died(generation, "pool status", frame.error());
@@ -909,9 +924,9 @@ Error Spawner::Died(uint64_t generation, const std::string& what, const Error& e
     pollfd p{pidfd_ ? pidfd_.get() : -1, POLLIN, 0};
     spawner_died = !up_ || generation != generation_ || (p.fd >= 0 && ::poll(&p, 1, 0) > 0);
   }
-  return MakeError(Code::kUnavailable, spawner_died ? "the spawner died during the " + what + "; retry"
-                                                    : "the " + what + "'s supervisor died (" + e.message +
-                                                          "); retry");
+  return MakeError(Code::kUnavailable,
+                   spawner_died ? "the spawner died during the " + what + "; retry"
+                                : "the " + what + "'s supervisor died (" + e.message + "); retry");
 }
 
 namespace {
@@ -922,12 +937,13 @@ Result<ExecResponse> ReadResult(FramedChannel& ch, const EventFn& on_event,
   for (;;) {
     auto frame = ch.Read(wakers);
     if (!frame.ok()) {  // kUnavailable: the supervisor (or the spawner) died
-      return MakeError(Code::kUnavailable, "the sandbox's supervisor ended without a result: " +
-                                               frame.error().message);
+      return MakeError(Code::kUnavailable,
+                       "the sandbox's supervisor ended without a result: " + frame.error().message);
     }
     const std::string type = (*frame)["type"].get<std::string>();
     if (type == "event") {
-      if (on_event && frame->contains("data")) on_event(frame->value("event", ""), (*frame)["data"]);
+      if (on_event && frame->contains("data"))
+        on_event(frame->value("event", ""), (*frame)["data"]);
       continue;
     }
     if (type == "error") return ErrorOf(*frame);
@@ -950,8 +966,9 @@ Result<ExecResponse> ReadResult(FramedChannel& ch, const EventFn& on_event,
 
 }  // namespace
 
-std::string Spawner::PoolProfileFor(const std::string& profile_name, const config::LimitSpec& limits,
-                                    const std::vector<std::pair<std::string, std::string>>& env) const {
+std::string Spawner::PoolProfileFor(
+    const std::string& profile_name, const config::LimitSpec& limits,
+    const std::vector<std::pair<std::string, std::string>>& env) const {
   if (!pool_) return "";
   auto profile = config_.Find(profile_name);
   if (!profile.ok() || !zygote::PoolEligible(config_, **profile, limits, env)) return "";
@@ -961,8 +978,9 @@ std::string Spawner::PoolProfileFor(const std::string& profile_name, const confi
 Result<ExecResponse> Spawner::Run(const ExecRequest& request, const CancelToken* cancel,
                                   int hangup_fd, const EventFn& on_event) {
   uint64_t generation = 0;
-  KILN_ASSIGN_OR_RETURN(UniqueFd job,
-                        NewJob(PoolProfileFor(request.profile, request.limits, request.env), &generation));
+  KILN_ASSIGN_OR_RETURN(
+      UniqueFd job,
+      NewJob(PoolProfileFor(request.profile, request.limits, request.env), &generation));
   FramedChannel ch(std::move(job), kMaxResponseBytes);
   ExecRequest req = request;
   req.stream = static_cast<bool>(on_event);
@@ -990,8 +1008,9 @@ SessionChannel::~SessionChannel() = default;  // closing the socket ends the ses
 Result<std::unique_ptr<SessionChannel>> Spawner::StartSession(const SessionRequest& request,
                                                               const CancelToken* cancel) {
   uint64_t generation = 0;
-  KILN_ASSIGN_OR_RETURN(UniqueFd job,
-                        NewJob(PoolProfileFor(request.profile, request.limits, request.env), &generation));
+  KILN_ASSIGN_OR_RETURN(
+      UniqueFd job,
+      NewJob(PoolProfileFor(request.profile, request.limits, request.env), &generation));
   auto session = std::unique_ptr<SessionChannel>(new SessionChannel());
   session->channel_ = std::make_unique<FramedChannel>(std::move(job), kMaxResponseBytes);
   FramedChannel& ch = *session->channel_;
@@ -1098,8 +1117,9 @@ std::optional<std::string> SessionChannel::Gone() {
   if (!frame.ok()) {
     gone_ = "the session's supervisor ended";
   } else if (frame->has_value()) {
-    gone_ = (**frame).value("type", "") == "gone" ? (**frame).value("reason", "the sandbox died")
-                                                  : "unexpected message from the session's supervisor";
+    gone_ = (**frame).value("type", "") == "gone"
+                ? (**frame).value("reason", "the sandbox died")
+                : "unexpected message from the session's supervisor";
   }
   return gone_;
 }
@@ -1128,7 +1148,9 @@ Result<SessionRequest> DecodeSessionRequest(const nlohmann::json& j) {
       r.env.emplace_back(k, v.get<std::string>());
     }
   }
-  auto num = [&j](const char* k, double d) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : d; };
+  auto num = [&j](const char* k, double d) {
+    return j.contains(k) && j[k].is_number() ? j[k].get<double>() : d;
+  };
   r.max_lifetime_s = num("max_lifetime_s", r.max_lifetime_s);
   r.interrupt_grace_s = num("interrupt_grace_s", r.interrupt_grace_s);
   if (j.contains("max_file_bytes") && j["max_file_bytes"].is_number_unsigned()) {

@@ -22,13 +22,12 @@
 #include <atomic>
 #include <functional>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/result.h"
 #include "base/unique_fd.h"
@@ -102,7 +101,7 @@ class SessionChannel final {
   Result<std::string> GetFile(const std::string& path);
   Result<nlohmann::json> ListFiles();  // [{"path","size","directory"}]
   Status DeleteFile(const std::string& path);
-  Result<nlohmann::json> Stats();      // {"memory_bytes": n | null}
+  Result<nlohmann::json> Stats();  // {"memory_bytes": n | null}
   // Non-blocking, between operations: the reason, once the supervisor ended
   // the session on its own (its sandbox died) or is gone.
   std::optional<std::string> Gone();

@@ -11,27 +11,21 @@ namespace {
 Code CodeFor(int rc) {
   switch (rc & 0xff) {
     case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-      return Code::kUnavailable;
+    case SQLITE_LOCKED: return Code::kUnavailable;
     case SQLITE_CONSTRAINT:
       return (rc == SQLITE_CONSTRAINT_PRIMARYKEY || rc == SQLITE_CONSTRAINT_UNIQUE)
                  ? Code::kAlreadyExists
                  : Code::kInvalidArgument;
     case SQLITE_FULL:
     case SQLITE_NOMEM:
-    case SQLITE_TOOBIG:
-      return Code::kResourceExhausted;
+    case SQLITE_TOOBIG: return Code::kResourceExhausted;
     case SQLITE_CORRUPT:
-    case SQLITE_NOTADB:
-      return Code::kDataLoss;
+    case SQLITE_NOTADB: return Code::kDataLoss;
     case SQLITE_PERM:
     case SQLITE_READONLY:
-    case SQLITE_AUTH:
-      return Code::kPermissionDenied;
-    case SQLITE_CANTOPEN:
-      return Code::kFailedPrecondition;
-    default:
-      return Code::kInternal;
+    case SQLITE_AUTH: return Code::kPermissionDenied;
+    case SQLITE_CANTOPEN: return Code::kFailedPrecondition;
+    default: return Code::kInternal;
   }
 }
 

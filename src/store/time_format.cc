@@ -36,23 +36,12 @@ Result<int64_t> ParseRelative(std::string_view text, int64_t now_ms) {
   const char unit = text.back();
   int64_t unit_ms = 0;
   switch (unit) {
-    case 's':
-      unit_ms = 1000;
-      break;
-    case 'm':
-      unit_ms = 60'000;
-      break;
-    case 'h':
-      unit_ms = 3'600'000;
-      break;
-    case 'd':
-      unit_ms = 86'400'000;
-      break;
-    case 'w':
-      unit_ms = 7 * 86'400'000LL;
-      break;
-    default:
-      return BadTime(text);
+    case 's': unit_ms = 1000; break;
+    case 'm': unit_ms = 60'000; break;
+    case 'h': unit_ms = 3'600'000; break;
+    case 'd': unit_ms = 86'400'000; break;
+    case 'w': unit_ms = 7 * 86'400'000LL; break;
+    default: return BadTime(text);
   }
   const std::string_view number = text.substr(0, text.size() - 1);
   if (number.empty() || number.front() == '.' || number.back() == '.') return BadTime(text);

@@ -76,7 +76,8 @@ Result<CellOutputs::FrameVerdict> CellOutputs::OnFrame(const nlohmann::json& f, 
     KILN_ASSIGN_OR_RETURN(e.name, ipc::GetString(f, "ename"));
     KILN_ASSIGN_OR_RETURN(e.value, ipc::GetString(f, "evalue"));
     auto tb = f.find("traceback");
-    if (tb == f.end() || !tb->is_array()) return InvalidArgument("member \"traceback\" must be an array");
+    if (tb == f.end() || !tb->is_array())
+      return InvalidArgument("member \"traceback\" must be an array");
     for (const auto& line : *tb) {
       if (!line.is_string()) return InvalidArgument("member \"traceback\" must hold strings");
       e.traceback.push_back(line.get<std::string>());
@@ -107,7 +108,8 @@ Result<CellOutputs::FrameVerdict> CellOutputs::OnFrame(const nlohmann::json& f, 
       return InvalidArgument("execute_reply status '" + status + "' is unknown");
     }
     if (auto it = f.find("execution_count"); it != f.end() && !it->is_null()) {
-      if (!it->is_number_integer()) return InvalidArgument("member \"execution_count\" must be an integer");
+      if (!it->is_number_integer())
+        return InvalidArgument("member \"execution_count\" must be an integer");
       execution_count_ = it->get<int64_t>();
     }
     if (status == "exit") {
@@ -122,8 +124,9 @@ Result<CellOutputs::FrameVerdict> CellOutputs::OnFrame(const nlohmann::json& f, 
       // number (2^64 - 1 after one image kiln dropped read 0; found by
       // fuzz/cell_outputs_fuzzer.cc).
       const uint64_t n = it->get<uint64_t>();
-      dropped_ = n > std::numeric_limits<uint64_t>::max() - dropped_ ? std::numeric_limits<uint64_t>::max()
-                                                                     : dropped_ + n;
+      dropped_ = n > std::numeric_limits<uint64_t>::max() - dropped_
+                     ? std::numeric_limits<uint64_t>::max()
+                     : dropped_ + n;
     }
     reply_status_ = std::move(status);
     return FrameVerdict::kAccepted;

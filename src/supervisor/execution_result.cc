@@ -26,17 +26,12 @@ std::string_view ToString(Outcome outcome) {
 int PlainExitCode(const ExecutionResult& r) {
   switch (r.outcome) {
     case Outcome::kOk:
-    case Outcome::kError:
-      return r.exit_code >= 0 ? r.exit_code : 1;
-    case Outcome::kProtocolError:
-      return 1;
+    case Outcome::kError: return r.exit_code >= 0 ? r.exit_code : 1;
+    case Outcome::kProtocolError: return 1;
     case Outcome::kCancelled:
-    case Outcome::kInterrupted:
-      return 130;
-    case Outcome::kTimeout:
-      return 124;
-    case Outcome::kSetupError:
-      return 125;
+    case Outcome::kInterrupted: return 130;
+    case Outcome::kTimeout: return 124;
+    case Outcome::kSetupError: return 125;
     case Outcome::kCpuLimit:
     case Outcome::kMemoryLimit:
     case Outcome::kOutputLimit:
@@ -78,19 +73,22 @@ nlohmann::json ToJson(const ExecutionResult& r, bool with_files) {
   if (!r.collect_skipped.empty()) j["files_skipped"] = r.collect_skipped;
   if (!r.collect_error.empty()) j["collect_error"] = r.collect_error;
   if (r.setup_error) {
-    j["setup_error"] = {{"step", std::string(kiln::ToString(r.setup_error->step))},
-                        {"errno", r.setup_error->sys_errno},
-                        {"errno_name", r.setup_error->sys_errno > 0
-                                           ? std::string(strerrorname_np(r.setup_error->sys_errno)
-                                                             ? strerrorname_np(r.setup_error->sys_errno)
-                                                             : "")
-                                           : ""},
-                        {"message", r.setup_error->message}};
+    j["setup_error"] = {
+        {"step", std::string(kiln::ToString(r.setup_error->step))},
+        {"errno", r.setup_error->sys_errno},
+        {"errno_name", r.setup_error->sys_errno > 0
+                           ? std::string(strerrorname_np(r.setup_error->sys_errno)
+                                             ? strerrorname_np(r.setup_error->sys_errno)
+                                             : "")
+                           : ""},
+        {"message", r.setup_error->message}};
   }
   j["outputs"] = r.outputs;
-  j["execution_count"] = r.execution_count ? nlohmann::json(*r.execution_count) : nlohmann::json(nullptr);
+  j["execution_count"] =
+      r.execution_count ? nlohmann::json(*r.execution_count) : nlohmann::json(nullptr);
   if (r.error) {
-    j["error"] = {{"name", r.error->name}, {"value", r.error->value}, {"traceback", r.error->traceback}};
+    j["error"] = {
+        {"name", r.error->name}, {"value", r.error->value}, {"traceback", r.error->traceback}};
   } else {
     j["error"] = nullptr;
   }
@@ -103,11 +101,16 @@ nlohmann::json ToJson(const ExecutionResult& r, bool with_files) {
   j["outputs_dropped"] = r.outputs_dropped;
   j["outputs_truncated"] = r.outputs_truncated;
   const auto& p = r.phases;
-  j["phases_ms"] = {{"plan", p.plan_ms},         {"cgroup", p.cgroup_ms},
-                    {"clone", p.clone_ms},       {"maps", p.maps_ms},
-                    {"child_setup", p.child_setup_ms}, {"exec", p.exec_ms},
-                    {"attach", p.attach_ms},     {"start", p.start_ms},
-                    {"run", p.run_ms},           {"teardown", p.teardown_ms}};
+  j["phases_ms"] = {{"plan", p.plan_ms},
+                    {"cgroup", p.cgroup_ms},
+                    {"clone", p.clone_ms},
+                    {"maps", p.maps_ms},
+                    {"child_setup", p.child_setup_ms},
+                    {"exec", p.exec_ms},
+                    {"attach", p.attach_ms},
+                    {"start", p.start_ms},
+                    {"run", p.run_ms},
+                    {"teardown", p.teardown_ms}};
   return j;
 }
 

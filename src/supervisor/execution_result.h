@@ -4,12 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/setup_step.h"
 #include "supervisor/cell_outputs.h"
@@ -54,16 +53,16 @@ struct CollectedFile {
 
 // Wall time of each supervisor-side phase, for bench/ (e).
 struct PhaseTimes {
-  double plan_ms = 0;        // policy -> ChildPlan (BPF, mount plan, fds)
-  double cgroup_ms = 0;      // create the cgroup and write its limits
-  double clone_ms = 0;       // clone3
-  double maps_ms = 0;        // uid/gid maps
-  double child_setup_ms = 0; // maps written -> workspace fd (mounts, pivot)
-  double exec_ms = 0;        // workspace fd -> worker about to execve
-  double attach_ms = 0;      // v1 cgroup attach of the worker (overlaps interpreter start)
-  double start_ms = 0;       // worker about to execve -> program sent (interpreter start)
-  double run_ms = 0;         // program sent -> worker exited
-  double teardown_ms = 0;    // worker exited -> reaped, cgroup removed, files collected
+  double plan_ms = 0;         // policy -> ChildPlan (BPF, mount plan, fds)
+  double cgroup_ms = 0;       // create the cgroup and write its limits
+  double clone_ms = 0;        // clone3
+  double maps_ms = 0;         // uid/gid maps
+  double child_setup_ms = 0;  // maps written -> workspace fd (mounts, pivot)
+  double exec_ms = 0;         // workspace fd -> worker about to execve
+  double attach_ms = 0;       // v1 cgroup attach of the worker (overlaps interpreter start)
+  double start_ms = 0;        // worker about to execve -> program sent (interpreter start)
+  double run_ms = 0;          // program sent -> worker exited
+  double teardown_ms = 0;     // worker exited -> reaped, cgroup removed, files collected
 };
 
 struct ExecutionResult {
@@ -81,16 +80,16 @@ struct ExecutionResult {
   std::string limits_backend;  // "cgroup v2", "cgroup v1", "rlimits"
   std::vector<CollectedFile> files;
   std::vector<FileContentResult> returned_files;  // RunOptions::return_files
-  std::vector<std::string> collect_skipped;  // "path: why" (symlinks, special files, limits)
-  std::string collect_error;                 // the copy-out failed part way (files has the rest)
+  std::vector<std::string> collect_skipped;       // "path: why" (symlinks, special files, limits)
+  std::string collect_error;  // the copy-out failed part way (files has the rest)
   std::optional<SetupErrorInfo> setup_error;
   std::string reason;  // one line: why this outcome (e.g. "wall-clock timeout of 2 s")
   // Notebook-style results (docs/api.md): nbformat v4 outputs in order.
   nlohmann::json outputs = nlohmann::json::array();
   std::optional<CellError> error;
   std::optional<int64_t> execution_count;
-  uint64_t outputs_dropped = 0;     // rich outputs over the image caps
-  bool outputs_truncated = false;   // rich outputs over the cell's frame budget
+  uint64_t outputs_dropped = 0;    // rich outputs over the image caps
+  bool outputs_truncated = false;  // rich outputs over the cell's frame budget
   std::optional<PolicyViolationInfo> policy_violation;
   // Session cells only: whether the session's interpreter (variables,
   // imports, files) survived this cell: "kept" or "lost".

@@ -25,9 +25,9 @@ struct HostContext {
   std::string landlock_error;                       // why, when unavailable
   isolation::BpfProgram seccomp;
   int last_cap = 40;
-  std::string runtime_dir;   // host directory holding kiln_runtime/
-  std::string cache_dir;     // font cache etc.
-  std::string slot_lock_dir; // uid slot locks (root mode)
+  std::string runtime_dir;    // host directory holding kiln_runtime/
+  std::string cache_dir;      // font cache etc.
+  std::string slot_lock_dir;  // uid slot locks (root mode)
   // cgroup v1: cgroup.procs of our own cgroup in one hierarchy, for the
   // attach warm-up (StartCgroupWarmUp). Empty otherwise.
   std::string warm_up_procs;

@@ -24,10 +24,10 @@
 #include "base/units.h"
 #include "child/child_plan.h"
 #include "child/sync_message.h"
+#include "ipc/frame.h"
 #include "isolation/mount_ns.h"
 #include "isolation/rlimits.h"
 #include "isolation/user_ns.h"
-#include "ipc/frame.h"
 #include "supervisor/cell_outputs.h"
 #include "supervisor/sync_channel.h"
 #include "supervisor/workspace.h"
@@ -81,7 +81,8 @@ class CStringArray final {
 
 Status SetNonBlocking(int fd) {
   const int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) return ErrnoError("fcntl O_NONBLOCK");
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
+    return ErrnoError("fcntl O_NONBLOCK");
   return OkStatus();
 }
 
@@ -128,7 +129,8 @@ std::string DescribeFailure(const SyncMessage& m, const isolation::MountPlan& mo
     }
   }
   if (m.err > 0) s += ": " + std::string(std::strerror(m.err));
-  if (step == SetupStep::kStageFiles && m.err == ENOSPC) s += " (the files exceed the workspace size)";
+  if (step == SetupStep::kStageFiles && m.err == ENOSPC)
+    s += " (the files exceed the workspace size)";
   return s;
 }
 
@@ -196,8 +198,8 @@ struct Sandbox::State {
     bool stdout_truncated = false, stderr_truncated = false, outputs_truncated = false;
     uint64_t syncs = 0;
     Clock::time_point t_sent{}, t_end{}, deadline{}, grace_deadline = Clock::time_point::max();
-    bool timed_out = false;       // the wall-clock timeout interrupted it
-    bool interrupted = false;     // Interrupt() on request
+    bool timed_out = false;    // the wall-clock timeout interrupted it
+    bool interrupted = false;  // Interrupt() on request
     uint64_t cpu_start_usec = 0;
     bool shutdown_sent = false;
     const EventSink* sink = nullptr;
@@ -284,17 +286,17 @@ struct Sandbox::State {
     // seen the cell yet (it is only queued here).
     if (cgroup && !c.spec.last) (void)cgroup->ResetMemoryPeak();
     nlohmann::json modules = pol->import_policy().modules;
-    to_runtime += ipc::EncodeMessage(
-        {{"type", "execute"},
-         {"cell", cells_started},
-         {"code", c.spec.code},
-         {"filename", c.spec.filename},
-         {"import_policy",
-          {{"mode", std::string(policy::ToString(pol->import_policy().mode))},
-           {"modules", modules}}},
-         {"limits",
-          {{"max_images", pol->display_limits().max_images},
-           {"max_image_bytes", pol->display_limits().max_image_bytes}}}});
+    to_runtime +=
+        ipc::EncodeMessage({{"type", "execute"},
+                            {"cell", cells_started},
+                            {"code", c.spec.code},
+                            {"filename", c.spec.filename},
+                            {"import_policy",
+                             {{"mode", std::string(policy::ToString(pol->import_policy().mode))},
+                              {"modules", modules}}},
+                            {"limits",
+                             {{"max_images", pol->display_limits().max_images},
+                              {"max_image_bytes", pol->display_limits().max_image_bytes}}}});
     c.t_sent = Clock::now();
     c.deadline = c.t_sent + std::chrono::duration_cast<Clock::duration>(
                                 std::chrono::duration<double>(c.spec.timeout_s));
@@ -354,7 +356,8 @@ struct Sandbox::State {
         }
       }
       if (!cell || cell->outputs.replied()) {
-        Violate("the runtime sent '" + type + "' " + (cell ? "after the cell's execute_reply" : "before any cell"));
+        Violate("the runtime sent '" + type + "' " +
+                (cell ? "after the cell's execute_reply" : "before any cell"));
         return;
       }
       if (type == "sync") {
@@ -440,9 +443,14 @@ struct Sandbox::State {
             // launcher runs nothing of the program before it arrives.
             Status moved = cgroup->Attach(m.sender);
             if (!moved.ok()) {
-              failure = SyncMessage{SyncTag::kFailure, static_cast<uint8_t>(SetupStep::kCgroupAttach),
-                                    0, moved.error().sys_errno, -1, 0};
-              failure_text = "attaching the sandbox to its cgroup failed: " + moved.error().ToString();
+              failure = SyncMessage{SyncTag::kFailure,
+                                    static_cast<uint8_t>(SetupStep::kCgroupAttach),
+                                    0,
+                                    moved.error().sys_errno,
+                                    -1,
+                                    0};
+              failure_text =
+                  "attaching the sandbox to its cgroup failed: " + moved.error().ToString();
               Kill(std::nullopt);
               break;
             }
@@ -483,19 +491,32 @@ struct Sandbox::State {
     int n = 0;
     int idx_sync = -1, idx_out = -1, idx_err = -1, idx_rt = -1, idx_cancel = -1, idx_control = -1;
     const bool in_cell = cell.has_value() && (!cell->outputs.replied() || cell->spec.last);
-    if (sync_open) { idx_sync = n; fds[n++] = {sync_parent.get(), POLLIN, 0}; }
-    if (in_cell && out_open) { idx_out = n; fds[n++] = {out_r.get(), POLLIN, 0}; }
-    if (in_cell && err_open) { idx_err = n; fds[n++] = {err_r.get(), POLLIN, 0}; }
+    if (sync_open) {
+      idx_sync = n;
+      fds[n++] = {sync_parent.get(), POLLIN, 0};
+    }
+    if (in_cell && out_open) {
+      idx_out = n;
+      fds[n++] = {out_r.get(), POLLIN, 0};
+    }
+    if (in_cell && err_open) {
+      idx_err = n;
+      fds[n++] = {err_r.get(), POLLIN, 0};
+    }
     const int idx_pid = n;
     fds[n++] = {pidfd.get(), POLLIN, 0};
-    if (waiters.cancel_fd >= 0 && !killed) { idx_cancel = n; fds[n++] = {waiters.cancel_fd, POLLIN, 0}; }
+    if (waiters.cancel_fd >= 0 && !killed) {
+      idx_cancel = n;
+      fds[n++] = {waiters.cancel_fd, POLLIN, 0};
+    }
     if (waiters.control_fd >= 0 && waiters.on_control) {
       idx_control = n;
       fds[n++] = {waiters.control_fd, POLLIN, 0};
     }
     if (rt_open && (in_cell || !hello)) {
       idx_rt = n;
-      fds[n++] = {rt_parent.get(), static_cast<short>(POLLIN | (to_runtime.empty() ? 0 : POLLOUT)), 0};
+      fds[n++] = {rt_parent.get(), static_cast<short>(POLLIN | (to_runtime.empty() ? 0 : POLLOUT)),
+                  0};
     }
     const auto now0 = Clock::now();
     const int timeout_ms = static_cast<int>(std::clamp<int64_t>(
@@ -515,7 +536,8 @@ struct Sandbox::State {
       }
     }
     if (idx_rt >= 0 && (fds[idx_rt].revents & (POLLIN | POLLHUP | POLLERR)) != 0) ReadRuntime();
-    if ((idx_out >= 0 && fds[idx_out].revents != 0) || (idx_err >= 0 && fds[idx_err].revents != 0)) {
+    if ((idx_out >= 0 && fds[idx_out].revents != 0) ||
+        (idx_err >= 0 && fds[idx_err].revents != 0)) {
       DrainStreams();
     }
     if (fds[idx_pid].revents != 0) {
@@ -568,7 +590,8 @@ struct Sandbox::State {
       if (!in_cell) rt_open = false;
       DrainStreams();
       if (out_open || err_open || rt_open) {
-        pollfd pf[3] = {{out_r.get(), POLLIN, 0}, {err_r.get(), POLLIN, 0}, {rt_parent.get(), POLLIN, 0}};
+        pollfd pf[3] = {
+            {out_r.get(), POLLIN, 0}, {err_r.get(), POLLIN, 0}, {rt_parent.get(), POLLIN, 0}};
         ::poll(pf, 3, 20);
       }
     }
@@ -619,7 +642,8 @@ struct Sandbox::State {
     Clock::time_point wake = Clock::now() + std::chrono::seconds(1);
     if (!hello || !attached) wake = std::min(wake, setup_deadline);
     if (cell && !cell->outputs.replied()) {
-      wake = std::min({wake, cell->timed_out ? cell->grace_deadline : cell->deadline, next_cpu_poll});
+      wake =
+          std::min({wake, cell->timed_out ? cell->grace_deadline : cell->deadline, next_cpu_poll});
     }
     return wake;
   }
@@ -643,7 +667,8 @@ struct Sandbox::State {
       r.policy_violation = c.outputs.policy_violation();
       const auto end = c.t_end.time_since_epoch().count() ? c.t_end : t_exit;
       r.duration_ms = c.t_sent.time_since_epoch().count() && end.time_since_epoch().count()
-                          ? Ms(c.t_sent, end) : 0;
+                          ? Ms(c.t_sent, end)
+                          : 0;
     }
     // Accounting.
     if (final) {
@@ -690,8 +715,8 @@ struct Sandbox::State {
         r.reason = "SystemExit(" + std::to_string(r.exit_code) + "); the session goes on";
       } else {
         r.outcome = Outcome::kError;
-        r.reason = c.outputs.error() ? c.outputs.error()->name + ": " + c.outputs.error()->value
-                                     : "error";
+        r.reason =
+            c.outputs.error() ? c.outputs.error()->name + ": " + c.outputs.error()->value : "error";
       }
       return r;
     }
@@ -700,7 +725,8 @@ struct Sandbox::State {
     if (session_cell) r.session_state = "lost";
     if (failure && !kill_reason) {
       r.outcome = Outcome::kSetupError;
-      r.setup_error = SetupErrorInfo{static_cast<SetupStep>(failure->step), failure->err, failure_text};
+      r.setup_error =
+          SetupErrorInfo{static_cast<SetupStep>(failure->step), failure->err, failure_text};
       r.reason = failure_text;
     } else if (kill_reason) {
       r.outcome = *kill_reason;
@@ -708,7 +734,8 @@ struct Sandbox::State {
       if (*kill_reason == Outcome::kTimeout) {
         r.reason = "wall-clock timeout of " +
                    FormatSeconds(cell ? cell->spec.timeout_s : limits.wall_timeout_s);
-        if (cell && cell->timed_out) r.reason += ": the interrupt went unanswered, the sandbox was killed";
+        if (cell && cell->timed_out)
+          r.reason += ": the interrupt went unanswered, the sandbox was killed";
       } else if (*kill_reason == Outcome::kCpuLimit) {
         r.reason = "cpu-time limit of " + FormatSeconds(limits.cpu_time_s);
       } else if (*kill_reason == Outcome::kCancelled) {
@@ -765,8 +792,9 @@ struct Sandbox::State {
       std::string why = WIFSIGNALED(init_status)
                             ? "killed by signal " + std::to_string(WTERMSIG(init_status))
                             : "exited " + std::to_string(WEXITSTATUS(init_status));
-      r.setup_error = SetupErrorInfo{SetupStep::kNone, 0, "the sandbox's pid 1 " + why +
-                                                              " without reporting the program's status"};
+      r.setup_error =
+          SetupErrorInfo{SetupStep::kNone, 0,
+                         "the sandbox's pid 1 " + why + " without reporting the program's status"};
       r.reason = r.setup_error->message;
     }
     return r;
@@ -791,9 +819,10 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
   const bool have_cgroup =
       host.cgroups != nullptr && host.cgroups->mode() != isolation::CgroupMode::kNone;
   if (!have_cgroup && policy.cgroup() == policy::Requirement::kRequired) {
-    return FailedPrecondition("the policy requires cgroup limits and this host gives none: " +
-                              (host.cgroups ? host.cgroups->reason() : std::string("not detected")) +
-                              " (see `kiln doctor`)");
+    return FailedPrecondition(
+        "the policy requires cgroup limits and this host gives none: " +
+        (host.cgroups ? host.cgroups->reason() : std::string("not detected")) +
+        " (see `kiln doctor`)");
   }
   if (!host.landlock && policy.landlock() == policy::Requirement::kRequired) {
     return FailedPrecondition("the policy requires Landlock: " + host.landlock_error +
@@ -870,7 +899,8 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
   for (auto& e : SandboxEnvironment(policy.limits().cpus, options.env)) s.envp.Add(std::move(e));
 
   int sp[2];
-  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) return ErrnoError("socketpair");
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0)
+    return ErrnoError("socketpair");
   s.sync_parent.Reset(sp[0]);
   UniqueFd sync_child(sp[1]);
   const int one = 1;
@@ -878,7 +908,8 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
     return ErrnoError("setsockopt SO_PASSCRED");
   }
   // The runtime channel (docs/protocol.md section 2): fd 3 of the worker.
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) return ErrnoError("socketpair");
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0)
+    return ErrnoError("socketpair");
   s.rt_parent.Reset(sp[0]);
   UniqueFd rt_child(sp[1]);
   int p[2];
@@ -923,9 +954,9 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
   s.use_cgroup = have_cgroup;
   State* sp_state = &s;
   auto create_cgroup = [sp_state, &host, &limits]() -> Status {
-    KILN_ASSIGN_OR_RETURN(sp_state->cgroup,
-                          host.cgroups->Create(UniqueCgroupName(),
-                                               {limits.memory_bytes, limits.pids, limits.cpus}));
+    KILN_ASSIGN_OR_RETURN(
+        sp_state->cgroup,
+        host.cgroups->Create(UniqueCgroupName(), {limits.memory_bytes, limits.pids, limits.cpus}));
     return OkStatus();
   };
   if (have_cgroup && !create_after_clone) {
@@ -940,18 +971,18 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
     KILN_LOG_WARN("no cgroup limits on this host ({}); using rlimits (RLIMIT_DATA, RLIMIT_NPROC)",
                   host.cgroups ? host.cgroups->reason() : "not detected");
   }
-  s.limits_backend = s.use_cgroup ? std::string("cgroup ") +
-                                        std::string(isolation::ToString(host.cgroups->mode()))
-                                  : "rlimits";
+  s.limits_backend =
+      s.use_cgroup ? std::string("cgroup ") + std::string(isolation::ToString(host.cgroups->mode()))
+                   : "rlimits";
   // Without a cgroup, RLIMIT_CPU is the only cpu limit: a session's stays
   // one cell's when the caller set one. Without a cpu-time limit of the
   // caller's, the wall clock is the limit and RLIMIT_CPU only a backstop.
-  const double rlimit_cpu = options.rlimit_cpu_s && (s.use_cgroup || !limits.cpu_time_explicit)
-                                ? *options.rlimit_cpu_s
-                                : policy::CpuBackstopSeconds(limits, limits.wall_timeout_s, s.use_cgroup);
-  plan.rlimits = isolation::BuildRlimitPlan(
-      {limits.open_files, limits.workspace_bytes, rlimit_cpu, !s.use_cgroup, limits.memory_bytes,
-       limits.pids});
+  const double rlimit_cpu =
+      options.rlimit_cpu_s && (s.use_cgroup || !limits.cpu_time_explicit)
+          ? *options.rlimit_cpu_s
+          : policy::CpuBackstopSeconds(limits, limits.wall_timeout_s, s.use_cgroup);
+  plan.rlimits = isolation::BuildRlimitPlan({limits.open_files, limits.workspace_bytes, rlimit_cpu,
+                                             !s.use_cgroup, limits.memory_bytes, limits.pids});
   s.t_cgroup = Clock::now();
   s.phases.cgroup_ms = Ms(s.t_planned, s.t_cgroup);
 
@@ -1036,8 +1067,8 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Adopt(const HostContext& host,
     // our euid owns. The pidfd, open before and still naming a live process
     // after, proves the pid was not reused in between.
     if (!s.worker_pidfd) return InvalidArgument("an adopted sandbox without its worker");
-    const double want = rlimit_cpu_s.value_or(
-        policy::CpuBackstopSeconds(s.limits, s.limits.wall_timeout_s, true));
+    const double want =
+        rlimit_cpu_s.value_or(policy::CpuBackstopSeconds(s.limits, s.limits.wall_timeout_s, true));
     rlimit now{};
     if (::prlimit(a.worker_pid, RLIMIT_CPU, nullptr, &now) != 0) {
       return ErrnoError("prlimit(RLIMIT_CPU) of the pooled worker");
@@ -1077,7 +1108,8 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Adopt(const HostContext& host,
         }
         char buf[65536];
         ssize_t n;
-        while ((n = ::read(fd.get(), buf, sizeof buf)) > 0) bytes.append(buf, static_cast<size_t>(n));
+        while ((n = ::read(fd.get(), buf, sizeof buf)) > 0)
+          bytes.append(buf, static_cast<size_t>(n));
         if (n < 0) return ErrnoError("read '" + f.host_path + "'");
       }
       KILN_TRY(WriteFileBeneath(s.workspace_fd.get(), f.name, bytes, caps, a.host_uid, a.host_uid));
@@ -1101,10 +1133,10 @@ bool Sandbox::WaitReady(const Waiters& waiters) {
       break;
     }
     if (!(s.hello && s.attached) && !s.dead() && Clock::now() >= s.setup_deadline) {
-      s.failure = SyncMessage{SyncTag::kFailure, static_cast<uint8_t>(SetupStep::kStartProgram), 0,
-                              ETIMEDOUT, -1, 0};
-      s.failure_text = "the sandbox did not become ready within " +
-                       std::to_string(kSetupTimeout.count()) + " s";
+      s.failure = SyncMessage{
+          SyncTag::kFailure, static_cast<uint8_t>(SetupStep::kStartProgram), 0, ETIMEDOUT, -1, 0};
+      s.failure_text =
+          "the sandbox did not become ready within " + std::to_string(kSetupTimeout.count()) + " s";
       s.Kill(std::nullopt);
     }
   }
@@ -1118,7 +1150,8 @@ bool Sandbox::WaitReady(const Waiters& waiters) {
   return true;
 }
 
-ExecutionResult Sandbox::RunCell(const CellSpec& spec, const Waiters& waiters, const EventSink& sink) {
+ExecutionResult Sandbox::RunCell(const CellSpec& spec, const Waiters& waiters,
+                                 const EventSink& sink) {
   State& s = *s_;
   ++s.cells_started;
   s.cell.emplace(spec, s.pol->display_limits(), s.cells_started);
@@ -1330,9 +1363,11 @@ Status EnsureFontCache(const HostContext& host) {
   policy::PolicyBuilder b;
   b.WallTimeout(120).Memory(1ULL << 30).CgroupRequirement(policy::Requirement::kBestEffort);
   KILN_ASSIGN_OR_RETURN(policy::SandboxPolicy pol, b.Build());
-  Program prog{"<font-cache>", "import matplotlib.font_manager\n",
+  Program prog{"<font-cache>",
+               "import matplotlib.font_manager\n",
                {{"MPLCONFIGDIR", std::string(isolation::kWorkspacePath) + "/mpl"}}};
-  const fs::path staging = fs::path(host.cache_dir) / ("matplotlib.tmp-" + std::to_string(::getpid()));
+  const fs::path staging =
+      fs::path(host.cache_dir) / ("matplotlib.tmp-" + std::to_string(::getpid()));
   fs::remove_all(staging, ec);
   Cleanup remove_staging([&] { fs::remove_all(staging, ec); });
   RunOptions opts;
@@ -1340,8 +1375,8 @@ Status EnsureFontCache(const HostContext& host) {
   opts.collect_only = {"mpl"};
   KILN_ASSIGN_OR_RETURN(ExecutionResult res, RunSandboxed(host, pol, prog, opts));
   if (res.outcome != Outcome::kOk) {
-    return Internal("building the matplotlib font cache failed (" + res.reason + "): " +
-                    res.stderr_data.substr(0, 2000));
+    return Internal("building the matplotlib font cache failed (" + res.reason +
+                    "): " + res.stderr_data.substr(0, 2000));
   }
   bool found = false;
   for (const auto& e : fs::directory_iterator(staging / "mpl", ec)) {

@@ -18,12 +18,11 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/result.h"
 #include "base/unique_fd.h"
@@ -45,14 +44,14 @@ struct Program {
 // place, pid 1 in its cgroup before it forked the worker, the runtime's hello
 // sent. Sandbox::Adopt drives it from there as Launch's after WaitReady.
 struct AdoptedSandbox {
-  UniqueFd init_pidfd;    // its pid 1 (not our child)
-  pid_t init_pid = 0;     // host pids
+  UniqueFd init_pidfd;  // its pid 1 (not our child)
+  pid_t init_pid = 0;   // host pids
   pid_t worker_pid = 0;
-  uid_t host_uid = 0;     // owns the files put into its workspace
-  UniqueFd sync;          // setup channel: X and F records from here on
-  UniqueFd runtime;       // the runtime channel (non-blocking)
-  UniqueFd out, err;      // capture pipes, read ends (non-blocking)
-  UniqueFd workspace;     // O_PATH fd of its /workspace
+  uid_t host_uid = 0;  // owns the files put into its workspace
+  UniqueFd sync;       // setup channel: X and F records from here on
+  UniqueFd runtime;    // the runtime channel (non-blocking)
+  UniqueFd out, err;   // capture pipes, read ends (non-blocking)
+  UniqueFd workspace;  // O_PATH fd of its /workspace
   std::unique_ptr<isolation::Cgroup> cgroup;
 };
 
@@ -113,7 +112,7 @@ struct CellSpec {
 
 // What else the driving loop waits for while a cell runs.
 struct Waiters {
-  int cancel_fd = -1;  // readable or hung up: kill; status "cancelled"
+  int cancel_fd = -1;   // readable or hung up: kill; status "cancelled"
   int control_fd = -1;  // readable: on_control() runs (e.g. an interrupt request)
   std::function<void()> on_control;
 };

@@ -13,8 +13,8 @@ namespace kiln::supervisor {
 
 struct Received {
   child::SyncMessage msg{};
-  UniqueFd fd;        // SCM_RIGHTS, if any
-  pid_t sender = 0;   // SCM_CREDENTIALS, if any
+  UniqueFd fd;       // SCM_RIGHTS, if any
+  pid_t sender = 0;  // SCM_CREDENTIALS, if any
   bool eof = false;
   bool again = false;  // nothing to read now
   bool garbage = false;

@@ -1,10 +1,9 @@
 #include "supervisor/sync_channel.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include "sys/fd_passing.h"
 

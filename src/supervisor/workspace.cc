@@ -1,8 +1,8 @@
 #include "supervisor/workspace.h"
 
 #include <dirent.h>
-#include <fnmatch.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -31,10 +31,10 @@ struct Walk {
   uint64_t total = 0;
   std::vector<FileContent>* memory = nullptr;  // set: collect into memory, not a directory
   const std::vector<std::string>* globs = nullptr;
-  uint64_t visited = 0;        // directory entries read
-  bool entries_over = false;   // stopped reading at max_entries
+  uint64_t visited = 0;       // directory entries read
+  bool entries_over = false;  // stopped reading at max_entries
   uint64_t skipped_bytes = 0;
-  uint64_t skipped_more = 0;   // skipped records not kept
+  uint64_t skipped_more = 0;  // skipped records not kept
 
   void Skip(std::string why) {
     if (report.skipped.size() < limits.max_skipped &&
@@ -66,7 +66,8 @@ bool Matches(const std::vector<std::string>* globs, const std::string& rel) {
   return false;
 }
 
-Status CopyFile(int src_dir, int dst_dir, const std::string& name, const std::string& rel, Walk* w) {
+Status CopyFile(int src_dir, int dst_dir, const std::string& name, const std::string& rel,
+                Walk* w) {
   UniqueFd in(OpenBeneath(src_dir, name.c_str(), O_RDONLY | O_NONBLOCK));
   if (!in) {
     w->Skip(rel + ": " + std::strerror(errno));
@@ -105,12 +106,11 @@ Status CopyFile(int src_dir, int dst_dir, const std::string& name, const std::st
     w->memory->push_back({rel, std::move(content)});
     return OkStatus();
   }
-  UniqueFd out(::openat(dst_dir, name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
-                        0644));
+  UniqueFd out(
+      ::openat(dst_dir, name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
   if (!out) {
     // E.g. a symlink of the same name already in the destination (O_NOFOLLOW).
-    w->Skip(rel + ": cannot create in the collect directory: " +
-                                std::strerror(errno));
+    w->Skip(rel + ": cannot create in the collect directory: " + std::strerror(errno));
     return OkStatus();
   }
   char buf[65536];
@@ -181,7 +181,8 @@ Status WalkDir(int src_dir, int dst_dir, const std::string& prefix, int depth, W
       if (::mkdirat(dst_dir, name.c_str(), 0755) != 0 && errno != EEXIST) {
         return ErrnoError("mkdir " + rel + " in the collect directory");
       }
-      UniqueFd dsub(::openat(dst_dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      UniqueFd dsub(
+          ::openat(dst_dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
       if (!dsub) return ErrnoError("open " + rel + " in the collect directory");
       KILN_TRY(WalkDir(sub.get(), dsub.get(), rel, depth + 1, w, nullptr));
     } else if (type == DT_REG || type == DT_UNKNOWN) {

@@ -24,8 +24,8 @@ struct CollectLimits {
   uint64_t max_total_bytes = 1ULL << 30;
   uint64_t max_files = 10000;
   int max_depth = 16;
-  uint64_t max_entries = 100000;       // directory entries visited, in all
-  uint64_t max_skipped = 100;          // "path: why" records kept
+  uint64_t max_entries = 100000;          // directory entries visited, in all
+  uint64_t max_skipped = 100;             // "path: why" records kept
   uint64_t max_skipped_bytes = 16 << 10;  // ... and their bytes together
 };
 

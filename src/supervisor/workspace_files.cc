@@ -53,19 +53,16 @@ Error FsError(std::string what, int err) {
     case EXDEV:
       return Error{Code::kInvalidArgument, err, SetupStep::kNone,
                    what + " (the path leaves the workspace filesystem)"};
-    case ENOTDIR:
-      return Error{Code::kFailedPrecondition, err, SetupStep::kNone, std::move(what)};
+    case ENOTDIR: return Error{Code::kFailedPrecondition, err, SetupStep::kNone, std::move(what)};
     case ENOSPC:
     case EDQUOT:
-    case EFBIG:
-      return Error{Code::kResourceExhausted, err, SetupStep::kNone, std::move(what)};
+    case EFBIG: return Error{Code::kResourceExhausted, err, SetupStep::kNone, std::move(what)};
     case EOVERFLOW:
       return Error{Code::kFailedPrecondition, err, SetupStep::kNone,
                    what +
                        " (the caller's fsuid/fsgid is not mapped in the workspace's user "
                        "namespace; hold ScopedFsIds with the sandbox's outer ids)"};
-    default:
-      return ErrnoError(std::move(what), err);
+    default: return ErrnoError(std::move(what), err);
   }
 }
 

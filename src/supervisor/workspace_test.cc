@@ -4,6 +4,7 @@
 #include "supervisor/workspace.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -11,8 +12,6 @@
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "base/unique_fd.h"
 
@@ -33,7 +32,8 @@ class Workspace : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(root_); }
   void Symlinks(int n) {
-    for (int i = 0; i < n; ++i) fs::create_symlink("/etc/passwd", root_ / "ws" / ("link-" + std::to_string(i)));
+    for (int i = 0; i < n; ++i)
+      fs::create_symlink("/etc/passwd", root_ / "ws" / ("link-" + std::to_string(i)));
   }
   void File(const std::string& name, const std::string& content) {
     std::ofstream(root_ / "ws" / name) << content;
@@ -84,7 +84,8 @@ TEST_F(Workspace, EntriesVisitedAreCapped) {
   ASSERT_TRUE(report.ok()) << report.error().ToString();
   // 100 entries looked at (each a symlink, each recorded), then the cap's line.
   ASSERT_EQ(report->skipped.size(), 101u);
-  EXPECT_NE(report->skipped.back().find("more than 100 entries"), std::string::npos) << report->skipped.back();
+  EXPECT_NE(report->skipped.back().find("more than 100 entries"), std::string::npos)
+      << report->skipped.back();
 }
 
 }  // namespace

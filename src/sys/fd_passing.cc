@@ -11,7 +11,8 @@ namespace {
 constexpr size_t kMaxFds = 8;
 }  // namespace
 
-ssize_t SendWithFds(int sock, const void* data, size_t len, const int* fds, size_t nfds, int flags) {
+ssize_t SendWithFds(int sock, const void* data, size_t len, const int* fds, size_t nfds,
+                    int flags) {
   if (nfds > kMaxFds) {
     errno = EINVAL;
     return -1;

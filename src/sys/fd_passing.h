@@ -15,11 +15,11 @@ namespace kiln::sys {
 ssize_t SendWithFds(int sock, const void* data, size_t len, const int* fds, size_t nfds, int flags);
 
 struct Received {
-  ssize_t bytes = 0;      // what recvmsg returned (-1 with errno saved in `err`, 0 at EOF)
+  ssize_t bytes = 0;  // what recvmsg returned (-1 with errno saved in `err`, 0 at EOF)
   int err = 0;
-  size_t nfds = 0;        // fds stored in the caller's array
+  size_t nfds = 0;         // fds stored in the caller's array
   bool truncated = false;  // MSG_TRUNC/MSG_CTRUNC, or more fds than the array holds (closed)
-  pid_t sender = 0;       // SCM_CREDENTIALS, when the socket has SO_PASSCRED
+  pid_t sender = 0;        // SCM_CREDENTIALS, when the socket has SO_PASSCRED
 };
 
 // Receives one message into `data` (up to `len` bytes) and up to `max_fds`

@@ -1,10 +1,9 @@
 #include "sys/fd_passing.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 namespace kiln::sys {
 namespace {
@@ -28,7 +27,8 @@ TEST(FdPassing, BytesAndFdsArriveTogether) {
   int pipe_fds[2];
   ASSERT_EQ(::pipe2(pipe_fds, O_CLOEXEC), 0);
   const char hello[] = "hi";
-  ASSERT_EQ(SendWithFds(p.a, hello, sizeof hello, pipe_fds, 2, 0), static_cast<ssize_t>(sizeof hello));
+  ASSERT_EQ(SendWithFds(p.a, hello, sizeof hello, pipe_fds, 2, 0),
+            static_cast<ssize_t>(sizeof hello));
   char buf[8] = {};
   int fds[2] = {-1, -1};
   const Received got = ReceiveWithFds(p.b, buf, sizeof buf, fds, 2, 0);

@@ -1,7 +1,7 @@
 #include "sys/syscalls.h"
 
-#include <linux/capability.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/mount.h>
 #include <linux/sched.h>

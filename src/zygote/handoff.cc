@@ -14,8 +14,8 @@
 #include <cstring>
 #include <memory>
 
-#include "sys/fd_passing.h"
 #include "base/log.h"
+#include "sys/fd_passing.h"
 #include "sys/syscalls.h"
 #include "zygote/pool.h"
 #include "zygote/wire.h"
@@ -52,9 +52,9 @@ static_assert(sizeof(StatusRecord) != sizeof(HandoffRecord));
 
 struct StockRecord {
   uint32_t magic = kWireMagic;
-  char tag = 'T';            // T: an execution took one; M: it found none
+  char tag = 'T';  // T: an execution took one; M: it found none
   char profile[64] = {};
-  uint64_t consumed = 0;     // sandboxes of this profile the spawner no longer holds, in all
+  uint64_t consumed = 0;  // sandboxes of this profile the spawner no longer holds, in all
 };
 
 bool CopyName(char* out, size_t cap, const std::string& s) {
@@ -92,7 +92,8 @@ Status SendHandoff(int fd, const std::string& profile, const PooledChild& c) {
 
 Status SendPoolStatus(int fd, const PoolStatus& s) {
   StatusRecord r;
-  if (!CopyName(r.profile, sizeof r.profile, s.profile)) return InvalidArgument("profile name too long");
+  if (!CopyName(r.profile, sizeof r.profile, s.profile))
+    return InvalidArgument("profile name too long");
   r.refilling = s.refilling;
   r.target = s.target;
   r.zygote_ready = s.zygote_ready ? 1 : 0;
@@ -111,7 +112,8 @@ Result<std::optional<FromPool>> ReceiveFromPool(int fd) {
   // Either record; one byte more than the larger shows a longer one as such.
   alignas(8) char buf[std::max(sizeof(HandoffRecord), sizeof(StatusRecord)) + 1] = {};
   int fds[kHandoffFds];
-  const sys::Received got = sys::ReceiveWithFds(fd, buf, sizeof buf, fds, kHandoffFds, MSG_DONTWAIT);
+  const sys::Received got =
+      sys::ReceiveWithFds(fd, buf, sizeof buf, fds, kHandoffFds, MSG_DONTWAIT);
   if (got.bytes < 0 && got.err == EAGAIN) return std::optional<FromPool>();
   if (got.bytes <= 0) {
     for (size_t i = 0; i < got.nfds; ++i) ::close(fds[i]);
@@ -144,7 +146,8 @@ Result<std::optional<FromPool>> ReceiveFromPool(int fd) {
   for (size_t i = 0; i < got.nfds; ++i) slots[i]->Reset(fds[i]);
   HandoffRecord hr;
   std::memcpy(&hr, buf, sizeof hr);
-  if (got.bytes != sizeof hr || hr.magic != kWireMagic || got.nfds != kHandoffFds || got.truncated) {
+  if (got.bytes != sizeof hr || hr.magic != kWireMagic || got.nfds != kHandoffFds ||
+      got.truncated) {
     return Internal("malformed handoff from the pool process");
   }
   h.profile = NameOf(hr.profile, sizeof hr.profile);
@@ -159,7 +162,8 @@ Status SendArrival(int fd, const std::string& profile, bool hit, uint64_t consum
   StockRecord r;
   r.tag = hit ? 'T' : 'M';
   r.consumed = consumed;
-  if (!CopyName(r.profile, sizeof r.profile, profile)) return InvalidArgument("profile name too long");
+  if (!CopyName(r.profile, sizeof r.profile, profile))
+    return InvalidArgument("profile name too long");
   if (::send(fd, &r, sizeof r, MSG_NOSIGNAL | MSG_DONTWAIT) != sizeof r) {
     return ErrnoError("tell the pool process");
   }
@@ -243,7 +247,8 @@ namespace {
     for (const auto& m : (*profile)->preload) po.zygote.preload.push_back(m);
     // Sessions take pooled sandboxes too: the longest one's cpu budget
     // (spawner.cc RunSession), lowered by each adopter to its own.
-    po.zygote.rlimit_cpu_s = policy::SessionCpuBudgetSeconds(config.server.session_max_lifetime_s, pol->limits());
+    po.zygote.rlimit_cpu_s =
+        policy::SessionCpuBudgetSeconds(config.server.session_max_lifetime_s, pol->limits());
     po.min = static_cast<size_t>(config.pool.min);
     po.max = static_cast<size_t>(config.pool.max);
     po.target_wait = config.pool.target_wait;

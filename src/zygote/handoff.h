@@ -35,20 +35,20 @@ struct Handoff {
   std::string profile;
   std::string cgroup_name;
   supervisor::AdoptedSandbox sandbox;  // without its cgroup (Adopt makes it)
-  bool alive() const;  // its pid 1 still runs
+  bool alive() const;                  // its pid 1 still runs
 };
 
 // How one profile's pool stands, as the pool process sees it (the spawner
 // adds what it holds and what it gave out: Spawner::PoolStatus).
 struct PoolStatus {
   std::string profile;
-  uint32_t refilling = 0;       // children being made
-  uint32_t target = 0;          // ready + refilling the pool sizes itself to (Erlang C)
+  uint32_t refilling = 0;  // children being made
+  uint32_t target = 0;     // ready + refilling the pool sizes itself to (Erlang C)
   bool zygote_ready = false;
-  uint64_t refills = 0;         // children made ready and handed over, in all
-  double refill_ms_total = 0;   // their times from fork request to ready, summed
+  uint64_t refills = 0;        // children made ready and handed over, in all
+  double refill_ms_total = 0;  // their times from fork request to ready, summed
   double last_refill_ms = 0;
-  uint64_t failures = 0;        // children killed during setup or check, in all
+  uint64_t failures = 0;  // children killed during setup or check, in all
   uint64_t zygote_starts = 0;
   bool operator==(const PoolStatus&) const = default;
 };

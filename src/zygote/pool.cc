@@ -66,7 +66,7 @@ struct Pool::Pending {
   std::unique_ptr<isolation::Cgroup> cgroup;
   std::string cgroup_name;
   pid_t init_pid = 0, worker_pid = 0;
-  bool set_up = false;   // 'W' arrived and Verify passed
+  bool set_up = false;  // 'W' arrived and Verify passed
   bool broken = false;
   std::string why;
   Clock::time_point requested{};
@@ -246,19 +246,22 @@ Status Pool::Verify(const Pending& p) const {
       }
       if (!limit) continue;
       const std::string want = "/" + p.cgroup_name;
-      if (path.size() < want.size() || path.compare(path.size() - want.size(), want.size(), want) != 0) {
-        return MakeError(Code::kInternal, "pid " + std::to_string(pid) + " is not in its cgroup: " + line);
+      if (path.size() < want.size() ||
+          path.compare(path.size() - want.size(), want.size(), want) != 0) {
+        return MakeError(Code::kInternal,
+                         "pid " + std::to_string(pid) + " is not in its cgroup: " + line);
       }
       ++in_ours;
     }
-    if (in_ours == 0) return MakeError(Code::kInternal, "no cgroup line for pid " + std::to_string(pid));
+    if (in_ours == 0)
+      return MakeError(Code::kInternal, "no cgroup line for pid " + std::to_string(pid));
     // Its own namespaces: none shared with the zygote or with us.
     for (const char* ns : {"user", "mnt", "pid", "net", "ipc", "uts", "cgroup"}) {
       const std::string mine = NsLink(pid, ns);
       if (mine.empty() || mine == NsLink(0, ns) ||
           (zygote_ && zygote_->zygote_pid() > 0 && mine == NsLink(zygote_->zygote_pid(), ns))) {
-        return MakeError(Code::kInternal, "pid " + std::to_string(pid) + " shares its " + ns +
-                                              " namespace");
+        return MakeError(Code::kInternal,
+                         "pid " + std::to_string(pid) + " shares its " + ns + " namespace");
       }
     }
   }
@@ -387,9 +390,9 @@ void Pool::Fail(const std::string& why) {
 
 void Pool::Resize() {
   const auto now = Clock::now();
-  target_ = fixed_target_ != 0 ? fixed_target_
-                               : ServersFor(rate_.load(now), options_.target_wait, options_.min,
-                                            options_.max);
+  target_ = fixed_target_ != 0
+                ? fixed_target_
+                : ServersFor(rate_.load(now), options_.target_wait, options_.min, options_.max);
   // Shrink one at a time, oldest first.
   if (ready_.size() > target_) {
     auto& [c, slot] = ready_.front();
@@ -427,7 +430,8 @@ void Pool::Step(int timeout_ms) {
     add(pending_[i]->sync.get(), POLLIN, kSync, i);
     if (pending_[i]->set_up) add(pending_[i]->runtime.get(), POLLIN, kRuntime, i);
   }
-  for (size_t i = 0; i < ready_.size(); ++i) add(ready_[i].first.sandbox.init_pidfd.get(), POLLIN, kReadyDead, i);
+  for (size_t i = 0; i < ready_.size(); ++i)
+    add(ready_[i].first.sandbox.init_pidfd.get(), POLLIN, kReadyDead, i);
   for (size_t i = 0; i < in_use_.size(); ++i) add(in_use_[i].init_pidfd.get(), POLLIN, kInUse, i);
 
   const int rc = ::poll(fds.data(), fds.size(), timeout_ms);
@@ -448,23 +452,16 @@ void Pool::Step(int timeout_ms) {
         case kZSetup:
           if (Status s = zygote_->OnSetup(); !s.ok()) zygote_broken = s.error().message;
           break;
-        case kZLog:
-          zygote_->DrainLog();
-          break;
-        case kZInit:
-          zygote_broken = "its pid 1 exited";
-          break;
-        case kRetired:
-          done_retired.push_back(i);
-          break;
-        case kSync:
-          OnSync(*pending_[i]);
-          break;
+        case kZLog: zygote_->DrainLog(); break;
+        case kZInit: zygote_broken = "its pid 1 exited"; break;
+        case kRetired: done_retired.push_back(i); break;
+        case kSync: OnSync(*pending_[i]); break;
         case kRuntime: {
           // Ready once the hello's bytes are there; EOF instead means the
           // worker died before it: the child failed.
           char head[4];
-          const ssize_t n = ::recv(pending_[i]->runtime.get(), head, sizeof head, MSG_PEEK | MSG_DONTWAIT);
+          const ssize_t n =
+              ::recv(pending_[i]->runtime.get(), head, sizeof head, MSG_PEEK | MSG_DONTWAIT);
           if (n > 0) {
             promote.push_back(i);
           } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
@@ -473,12 +470,8 @@ void Pool::Step(int timeout_ms) {
           }
           break;
         }
-        case kReadyDead:
-          dead_ready.push_back(i);
-          break;
-        case kInUse:
-          done_in_use.push_back(i);
-          break;
+        case kReadyDead: dead_ready.push_back(i); break;
+        case kInUse: done_in_use.push_back(i); break;
       }
     }
   }
@@ -491,7 +484,8 @@ void Pool::Step(int timeout_ms) {
   }
   std::sort(done_retired.rbegin(), done_retired.rend());
   for (size_t i : done_retired) {
-    if (retired_[i]->ReapIfExited()) retired_.erase(retired_.begin() + static_cast<std::ptrdiff_t>(i));
+    if (retired_[i]->ReapIfExited())
+      retired_.erase(retired_.begin() + static_cast<std::ptrdiff_t>(i));
   }
   std::sort(dead_ready.rbegin(), dead_ready.rend());
   for (size_t i : dead_ready) {
@@ -570,8 +564,8 @@ void Pool::RecordArrival(bool took_one) {
 std::vector<int> Pool::WatchFds() const {
   std::vector<int> fds;
   if (zygote_) {
-    for (int fd : {zygote_->control_fd(), zygote_->setup_fd(), zygote_->log_fd(),
-                   zygote_->init_pidfd()}) {
+    for (int fd :
+         {zygote_->control_fd(), zygote_->setup_fd(), zygote_->log_fd(), zygote_->init_pidfd()}) {
       if (fd >= 0) fds.push_back(fd);
     }
   }
@@ -589,7 +583,8 @@ Result<PooledChild> Pool::Take(std::chrono::milliseconds wait) {
   const auto deadline = Clock::now() + wait;
   if (auto c = TryTake()) return std::move(*c);
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) return MakeError(Code::kDeadlineExceeded, "no pooled sandbox ready");
     Step(static_cast<int>(std::min<int64_t>(left.count(), 50)));
     if (!ready_.empty()) {
@@ -604,7 +599,8 @@ Result<PooledChild> Pool::Take(std::chrono::milliseconds wait) {
 Status Pool::WaitReady(size_t n, std::chrono::milliseconds wait) {
   const auto deadline = Clock::now() + wait;
   while (ready_.size() < n) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) {
       return MakeError(Code::kDeadlineExceeded, "pool: " + std::to_string(ready_.size()) + " of " +
                                                     std::to_string(n) + " sandboxes ready");

@@ -40,9 +40,9 @@ namespace kiln::zygote {
 struct PoolOptions {
   explicit PoolOptions(ZygoteOptions z) : zygote(std::move(z)) {}
   ZygoteOptions zygote;
-  size_t min = 1;               // ready-or-refilling sandboxes at the least
-  size_t max = 16;              // ... and at the most
-  double target_wait = 0.05;    // Erlang C: P(a request finds no sandbox ready)
+  size_t min = 1;                                  // ready-or-refilling sandboxes at the least
+  size_t max = 16;                                 // ... and at the most
+  double target_wait = 0.05;                       // Erlang C: P(a request finds no sandbox ready)
   std::chrono::milliseconds child_timeout{10000};  // request -> ready
 };
 
@@ -62,7 +62,7 @@ struct PooledChild {
 
 struct PoolStats {
   uint64_t handed_out = 0;
-  uint64_t misses = 0;          // TryTake found nothing ready
+  uint64_t misses = 0;  // TryTake found nothing ready
   uint64_t children_made = 0;
   uint64_t child_failures = 0;  // killed during setup or check
   uint64_t zygote_starts = 0;

@@ -41,7 +41,7 @@ class RateEstimator final {
   double alpha_;
   bool have_arrival_ = false;
   Clock::time_point last_{};
-  double gap_s_ = 0;  // 0: fewer than two arrivals seen
+  double gap_s_ = 0;         // 0: fewer than two arrivals seen
   double service_s_ = 0.01;  // until measured: 10 ms
   bool have_service_ = false;
 };

@@ -27,12 +27,12 @@ TEST(ErlangTest, Edges) {
 }
 
 TEST(ErlangTest, ServersFor) {
-  EXPECT_EQ(ServersFor(0.0, 0.05, 1, 16), 1u);   // idle: the minimum
+  EXPECT_EQ(ServersFor(0.0, 0.05, 1, 16), 1u);  // idle: the minimum
   EXPECT_EQ(ServersFor(0.0, 0.05, 0, 16), 0u);
   EXPECT_EQ(ServersFor(2.0, 0.05, 1, 16), 6u);  // C(4, 2) = 0.17, C(5, 2) = 0.060, C(6, 2) = 0.018
   EXPECT_EQ(ServersFor(2.0, 0.2, 1, 16), 4u);
   EXPECT_EQ(ServersFor(100.0, 0.05, 1, 16), 16u);  // clamped to the maximum
-  EXPECT_EQ(ServersFor(0.5, 0.05, 3, 16), 3u);   // never below the minimum
+  EXPECT_EQ(ServersFor(0.5, 0.05, 3, 16), 3u);     // never below the minimum
   EXPECT_LE(ErlangC(ServersFor(7.3, 0.01, 1, 64), 7.3), 0.01);
 }
 

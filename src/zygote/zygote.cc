@@ -39,8 +39,8 @@ static_assert(kPoolUidBase + kBlockCount * kBlockSize < (1u << 31));
 Status WriteProc(pid_t pid, const char* name, const std::string& content) {
   const std::string path = "/proc/" + std::to_string(pid) + "/" + name;
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
-  if (!fd || ::write(fd.get(), content.data(), content.size()) !=
-                 static_cast<ssize_t>(content.size())) {
+  if (!fd ||
+      ::write(fd.get(), content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
     return ErrnoError("write '" + content + "' to " + path, errno, SetupStep::kUserMaps);
   }
   return OkStatus();
@@ -49,7 +49,8 @@ Status WriteProc(pid_t pid, const char* name, const std::string& content) {
 Status SendRecord(int fd, const void* data, size_t size, const int* fds = nullptr,
                   size_t nfds = 0) {
   const ssize_t n = sys::SendWithFds(fd, data, size, fds, nfds, 0);
-  if (n != static_cast<ssize_t>(size)) return ErrnoError("send to the zygote", errno, SetupStep::kZygote);
+  if (n != static_cast<ssize_t>(size))
+    return ErrnoError("send to the zygote", errno, SetupStep::kZygote);
   return OkStatus();
 }
 
@@ -132,12 +133,13 @@ Result<std::unique_ptr<Zygote>> Zygote::Start(const supervisor::HostContext& hos
   layout.extra_ro_paths = pol.extra_ro_mounts();
   layout.mask_proc = false;
   layout.zygote_lib_dir = lib_dir;
-  for (auto& fd : supervisor::OpenFontCache(host, &layout.mpl_cache_files)) keep_fds.push_back(std::move(fd));
+  for (auto& fd : supervisor::OpenFontCache(host, &layout.mpl_cache_files))
+    keep_fds.push_back(std::move(fd));
   KILN_ASSIGN_OR_RETURN(isolation::MountPlan mounts, isolation::BuildMountPlan(layout));
 
-  std::vector<std::string> argv_s = {pol.interpreter(), "-I", "-S", "-B",
-                                     std::string(isolation::kRuntimeMountPath) +
-                                         "/kiln_runtime/zygote.py"};
+  std::vector<std::string> argv_s = {
+      pol.interpreter(), "-I", "-S", "-B",
+      std::string(isolation::kRuntimeMountPath) + "/kiln_runtime/zygote.py"};
   if (!options.preload.empty()) {
     std::string list;
     for (const auto& m : options.preload) list += (list.empty() ? "" : ",") + m;
@@ -152,13 +154,15 @@ Result<std::unique_ptr<Zygote>> Zygote::Start(const supervisor::HostContext& hos
   envp.push_back(nullptr);
 
   int sp[2];
-  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) return ErrnoError("socketpair");
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0)
+    return ErrnoError("socketpair");
   UniqueFd setup_parent(sp[0]), setup_child(sp[1]);
   const int one = 1;
   if (::setsockopt(setup_parent.get(), SOL_SOCKET, SO_PASSCRED, &one, sizeof one) != 0) {
     return ErrnoError("setsockopt SO_PASSCRED");
   }
-  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0) return ErrnoError("socketpair");
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) != 0)
+    return ErrnoError("socketpair");
   UniqueFd control_parent(sp[0]), control_child(sp[1]);
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) return ErrnoError("pipe2");
@@ -230,9 +234,9 @@ Result<std::unique_ptr<Zygote>> Zygote::Start(const supervisor::HostContext& hos
   // supervisor polls an explicit cpu-time limit, RLIMIT_CPU is the backstop.
   // The adopter lowers RLIMIT_CPU to its own (ZygoteOptions::rlimit_cpu_s).
   const double backstop = policy::CpuBackstopSeconds(limits, limits.wall_timeout_s, true);
-  config.rlimits = isolation::BuildRlimitPlan(
-      {limits.open_files, limits.workspace_bytes, std::max(backstop, options.rlimit_cpu_s.value_or(0)),
-       false, limits.memory_bytes, limits.pids});
+  config.rlimits = isolation::BuildRlimitPlan({limits.open_files, limits.workspace_bytes,
+                                               std::max(backstop, options.rlimit_cpu_s.value_or(0)),
+                                               false, limits.memory_bytes, limits.pids});
   if (host.landlock) config.landlock = *host.landlock;
   std::snprintf(config.hostname, sizeof config.hostname, "%s", pol.hostname().c_str());
   KILN_TRY(SendRecord(z->control_.get(), &config, sizeof config));
@@ -292,8 +296,7 @@ Status Zygote::OnSetup() {
       case child::SyncTag::kMapsWritten:
       case child::SyncTag::kAttachMe:
       case child::SyncTag::kAttached:
-      default:
-        break;
+      default: break;
     }
   }
 }

@@ -34,7 +34,7 @@ namespace kiln::zygote {
 
 // Host ids of the pools: right above the cold path's uid slots.
 inline constexpr uid_t kPoolUidBase = 1879048192u + 65536u;  // isolation::kSlotUidBase + kSlotCount
-inline constexpr unsigned kBlockSize = 1024;   // the zygote + 1023 children
+inline constexpr unsigned kBlockSize = 1024;                 // the zygote + 1023 children
 inline constexpr unsigned kBlockCount = 256;
 inline constexpr uid_t kZygoteUid = 1000;      // inside Z's user namespace
 inline constexpr uid_t kFirstChildUid = 1001;  // inside Z's user namespace
@@ -54,10 +54,10 @@ class UidBlock final {
 
 struct ZygoteOptions {
   explicit ZygoteOptions(policy::SandboxPolicy p) : policy(std::move(p)) {}
-  std::string profile;             // for logs
-  policy::SandboxPolicy policy;    // the children's: limits, interpreter, mounts, layers
+  std::string profile;               // for logs
+  policy::SandboxPolicy policy;      // the children's: limits, interpreter, mounts, layers
   std::vector<std::string> preload;  // what the zygote imports
-  std::string library;             // libkiln_zygote.so (FindZygoteLibrary)
+  std::string library;               // libkiln_zygote.so (FindZygoteLibrary)
   // The children's RLIMIT_CPU (seconds) when above the policy's one-run
   // backstop: the most any adopter may keep. Each adopter lowers it to what
   // it runs (Sandbox::Adopt: a one-shot's backstop, a session's budget):
@@ -105,7 +105,7 @@ class Zygote final {
   bool exited() const { return exited_; }
   pid_t zygote_pid() const { return zygote_pid_; }  // host pid; 0 until known
   pid_t init_pid() const { return init_pid_; }
-  double start_ms() const { return start_ms_; }   // clone to ready
+  double start_ms() const { return start_ms_; }  // clone to ready
   int preload_failures() const { return preload_failures_; }
   unsigned max_slots() const { return kBlockSize - 1; }
   uid_t child_host_uid(unsigned slot) const { return block_.base() + 1 + slot; }

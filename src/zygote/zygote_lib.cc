@@ -106,8 +106,7 @@ __attribute__((visibility("default"))) int kiln_zygote_init(int control_fd) {
   return 0;
 }
 
-__attribute__((visibility("default"))) int kiln_zygote_ready(int control_fd,
-                                                              int preload_failures) {
+__attribute__((visibility("default"))) int kiln_zygote_ready(int control_fd, int preload_failures) {
   ZygoteReady ready;
   ready.preload_failures = preload_failures;
   return ::send(control_fd, &ready, sizeof ready, MSG_NOSIGNAL) == sizeof ready ? 0 : -errno;
@@ -116,13 +115,13 @@ __attribute__((visibility("default"))) int kiln_zygote_ready(int control_fd,
 __attribute__((visibility("default"))) int kiln_zygote_recv(int control_fd) {
   ForkRequest req;
   int fds[4] = {-1, -1, -1, -1};
-  const kiln::sys::Received got = kiln::sys::ReceiveWithFds(control_fd, &req, sizeof req, fds, 4, 0);
+  const kiln::sys::Received got =
+      kiln::sys::ReceiveWithFds(control_fd, &req, sizeof req, fds, 4, 0);
   if (got.bytes < 0) return -got.err;
   if (got.bytes == 0) return 0;
   const size_t count = got.nfds;
-  if (got.bytes != sizeof req || got.truncated ||
-      req.magic != kWireMagic || count != 4 || g_mounts == nullptr ||
-      req.slot >= g_config.max_slots) {
+  if (got.bytes != sizeof req || got.truncated || req.magic != kWireMagic || count != 4 ||
+      g_mounts == nullptr || req.slot >= g_config.max_slots) {
     for (int fd : fds) {
       if (fd >= 0) ::close(fd);
     }

@@ -1,9 +1,9 @@
 // Escape tier: what the program is. No capability in any set, no_new_privs,
 // a seccomp filter, uid/gid 1000 with no supplementary groups, and its own
 // hostname. Read from /proc/self/status, as an attacker would check.
-#include <string>
-
 #include <gtest/gtest.h>
+
+#include <string>
 
 #include "testlib/kiln_runner.h"
 

@@ -7,13 +7,12 @@
 // a /dev tmpfs with five bound device nodes; /tmp (64 MiB), /workspace (--disk)
 // and /dev/shm tmpfs, all noexec. Landlock allows writes only beneath the
 // writable mounts.
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "testlib/kiln_runner.h"
 
@@ -33,7 +32,8 @@ TEST_F(FilesystemEscape, HostShadowFileIsNotInTheTree) {
   // Layer: mount namespace. The sandbox's /etc is a tmpfs with a handful of
   // generated files; the host's /etc/shadow is simply not there, so the
   // answer is ENOENT, not EACCES (which would reveal that it exists).
-  if (!std::filesystem::exists("/etc/shadow")) GTEST_SKIP() << "the host has no /etc/shadow to hide";
+  if (!std::filesystem::exists("/etc/shadow"))
+    GTEST_SKIP() << "the host has no /etc/shadow to hide";
   const JsonRun r = RunProbe(R"PY(
 attempt("open /etc/shadow", lambda: open("/etc/shadow", "rb").read())
 attempt("stat /etc/shadow", lambda: os.stat("/etc/shadow"))
@@ -209,7 +209,8 @@ TEST_F(FilesystemEscape, NothingWrittenInTheSandboxIsExecutable) {
   if (!std::filesystem::exists("/proc/sys/vm/memfd_noexec", ec)) {
     GTEST_SKIP() << "the kernel has no vm.memfd_noexec (Linux < 6.3)";
   }
-  if (::geteuid() != 0) GTEST_SKIP() << "vm.memfd_noexec is set for the sandbox only by a root kiln";
+  if (::geteuid() != 0)
+    GTEST_SKIP() << "vm.memfd_noexec is set for the sandbox only by a root kiln";
   const JsonRun r = RunProbe(R"PY(
 import subprocess
 fd = os.memfd_create("copy", 0)

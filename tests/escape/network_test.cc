@@ -7,14 +7,13 @@
 // network namespace only makes the connect fail later), and refuse AF_PACKET
 // and raw sockets with EPERM (no CAP_NET_RAW).
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "testlib/kiln_runner.h"
 
@@ -57,18 +56,17 @@ attempt("create_connection", lambda: socket.create_connection(("127.0.0.1", PORT
 }
 
 struct FamilyCase {
-  const char* label;   // test name suffix
-  const char* call;    // Python expression that makes the socket
+  const char* label;  // test name suffix
+  const char* call;   // Python expression that makes the socket
 };
 
-class SocketFamilyEscape : public SandboxTest,
-                           public ::testing::WithParamInterface<FamilyCase> {};
+class SocketFamilyEscape : public SandboxTest, public ::testing::WithParamInterface<FamilyCase> {};
 
 TEST_P(SocketFamilyEscape, IsEAFNOSUPPORT) {
   // Layer: seccomp, socket-domain rule (SCMP_ACT_ERRNO(EAFNOSUPPORT)).
   const FamilyCase& c = GetParam();
-  const JsonRun r = RunProbe(std::string("import socket\nattempt('") + c.label +
-                             "', lambda: " + c.call + ")\n");
+  const JsonRun r =
+      RunProbe(std::string("import socket\nattempt('") + c.label + "', lambda: " + c.call + ")\n");
   ASSERT_EQ(r.status(), "ok") << r.Describe();
   EXPECT_EQ(r.out(), std::string(c.label) + ": EAFNOSUPPORT\n") << r.Describe();
 }
@@ -78,7 +76,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         FamilyCase{"inet6_stream", "socket.socket(socket.AF_INET6, socket.SOCK_STREAM)"},
         FamilyCase{"inet_udp", "socket.socket(socket.AF_INET, socket.SOCK_DGRAM)"},
-        FamilyCase{"inet_raw", "socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)"},
+        FamilyCase{"inet_raw",
+                   "socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)"},
         FamilyCase{"netlink_route", "socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)"},
         FamilyCase{"packet", "socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)"},
         // AF_VSOCK is 40; a network namespace does not isolate it (it reaches
@@ -88,7 +87,9 @@ INSTANTIATE_TEST_SUITE_P(
         // AF_ALG (38): the kernel crypto API, a family with its own CVE
         // history that any unprivileged process may otherwise open.
         FamilyCase{"alg", "socket.socket(38, socket.SOCK_SEQPACKET, 0)"}),
-    [](const ::testing::TestParamInfo<FamilyCase>& param_info) { return std::string(param_info.param.label); });
+    [](const ::testing::TestParamInfo<FamilyCase>& param_info) {
+      return std::string(param_info.param.label);
+    });
 
 TEST_F(NetworkEscape, UnixSocketsStillWork) {
   // Control for the family rule: AF_UNIX is the one allowed family, so the

@@ -1,14 +1,13 @@
 // Escape tier: processes. The sandbox has its own pid namespace (the program
 // is pid 2, kiln's init is pid 1) and a fresh /proc for it; the supervisor's
 // environment must not be reachable from inside.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "testlib/kiln_runner.h"
 
@@ -58,8 +57,9 @@ TEST_F(PidNamespaceEscape, SupervisorEnvironmentIsUnreachable) {
   ASSERT_NE(env.out.find(name + "=" + secret), std::string::npos) << env.out;
 
   const std::string reversed(secret.rbegin(), secret.rend());
-  const std::string code = ReplaceAll(ReplaceAll(ReadProbe("environ_scan.py"), "@SECRET_NAME@", name),
-                                      "@SECRET_REVERSED@", reversed);
+  const std::string code =
+      ReplaceAll(ReplaceAll(ReadProbe("environ_scan.py"), "@SECRET_NAME@", name),
+                 "@SECRET_REVERSED@", reversed);
   ASSERT_EQ(code.find(secret), std::string::npos);
   const JsonRun r = RunProbe(code, {}, options);
   ASSERT_EQ(r.status(), "ok") << r.Describe();
@@ -110,7 +110,8 @@ print("child killed by:", os.WTERMSIG(status) if os.WIFSIGNALED(status) else "no
 attempt("init alive: kill(1, 0)", lambda: os.kill(1, 0))
 )PY");
   ASSERT_EQ(r.status(), "ok") << r.Describe();
-  EXPECT_EQ(r.out(), "kill(-1, SIGKILL): OK\nchild killed by: 9\ninit alive: kill(1, 0): OK\n") << r.Describe();
+  EXPECT_EQ(r.out(), "kill(-1, SIGKILL): OK\nchild killed by: 9\ninit alive: kill(1, 0): OK\n")
+      << r.Describe();
   EXPECT_EQ(::kill(sleeper.pid(), 0), 0) << "the host process was killed";
 }
 

@@ -1,11 +1,10 @@
 // Escape tier: outliving the run, and inheriting what kiln's caller holds.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "testlib/kiln_runner.h"
 
@@ -34,8 +33,8 @@ TEST_F(LifetimeEscape, DoubleForkedSetsidDaemonDiesWithTheRun) {
   // process group is still in the namespace; when the program ends, kiln's
   // init exits and the kernel SIGKILLs everything left in it.
   const std::string marker = UniqueMarker("kiln-daemon");
-  const JsonRun r = RunProbe(ReplaceAll(ReadProbe("setsid_daemon.py"), "@MARKER@", marker),
-                             {"--timeout", "20"});
+  const JsonRun r =
+      RunProbe(ReplaceAll(ReadProbe("setsid_daemon.py"), "@MARKER@", marker), {"--timeout", "20"});
   ASSERT_EQ(r.status(), "ok") << r.Describe();
   EXPECT_EQ(r.out(), "daemon running=True sid_leader=True\n") << r.Describe();
   EXPECT_LT(r.raw.elapsed_ms, 10000) << "kiln waited for the daemon";
@@ -60,13 +59,14 @@ TEST_F(LifetimeEscape, InheritedFdsAreClosed) {
   ASSERT_NE((" " + ReplaceAll(ls.out, "\n", " ")).find(" " + std::to_string(file_fd) + " "),
             std::string::npos)
       << ls.out;
-  struct stat file_st {}, pipe_st {};
+  struct stat file_st {
+  }, pipe_st{};
   ASSERT_EQ(::fstat(file_fd, &file_st), 0);
   ASSERT_EQ(::fstat(pipe_fds[0], &pipe_st), 0);
 
   const JsonRun r = RunProbe(
-      "LEAKED = {(" + std::to_string(file_st.st_dev) + ", " + std::to_string(file_st.st_ino) + "), (" +
-      std::to_string(pipe_st.st_dev) + ", " + std::to_string(pipe_st.st_ino) + ")}\n" +
+      "LEAKED = {(" + std::to_string(file_st.st_dev) + ", " + std::to_string(file_st.st_ino) +
+      "), (" + std::to_string(pipe_st.st_dev) + ", " + std::to_string(pipe_st.st_ino) + ")}\n" +
       R"PY(
 found = []
 for fd in sorted(os.listdir("/proc/self/fd"), key=int):

@@ -1,9 +1,9 @@
 // Escape tier: exhausting resources. Each bomb must end in the documented way
 // (an errno inside, or an ExecutionResult status), quickly, and leave nothing
 // running on the host.
-#include <string>
-
 #include <gtest/gtest.h>
+
+#include <string>
 
 #include "testlib/kiln_runner.h"
 

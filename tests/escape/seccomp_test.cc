@@ -8,10 +8,10 @@
 // EFAULT or EINVAL), as bubblewrap's try-syscall.c does: only the filter,
 // which looks at the syscall number before any argument, says EPERM to both.
 // x86_64 syscall numbers.
+#include <gtest/gtest.h>
+
 #include <iostream>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "testlib/host_facts.h"
 #include "testlib/kiln_runner.h"
@@ -159,7 +159,9 @@ local, remote = iovec(ctypes.addressof(dst), 4), iovec(ctypes.addressof(src), 4)
 report_syscall("process_vm_readv(self)", 310, os.getpid(), ctypes.addressof(local), 1, ctypes.addressof(remote), 1, 0)
 )PY",
                    "process_vm_readv(self): EPERM\n"}),
-    [](const ::testing::TestParamInfo<DeniedCall>& param_info) { return std::string(param_info.param.name); });
+    [](const ::testing::TestParamInfo<DeniedCall>& param_info) {
+      return std::string(param_info.param.name);
+    });
 
 class SeccompEscape : public SandboxTest {};
 
@@ -203,7 +205,7 @@ TEST_F(SeccompEscape, Int80SystemCallKillsTheProcess) {
   const Ia32Fact& host = HostIa32();
   const bool off = host.state == Ia32Emulation::kOff;
   const std::string expecting = off ? "expecting SIGSEGV" : "expecting SIGSYS from seccomp";
-  RecordProperty("host_ia32_emulation", off                                    ? "off"
+  RecordProperty("host_ia32_emulation", off                                ? "off"
                                         : host.state == Ia32Emulation::kOn ? "on"
                                                                            : "unknown");
   std::cout << "host: " << host.detail << "; " << expecting << std::endl;

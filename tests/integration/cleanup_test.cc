@@ -4,6 +4,7 @@
 // /run/kiln-uid-slots/N held by kiln's pid). Each test first sees both while
 // the run is live, so the "gone afterwards" checks are known to look in the
 // right place.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,8 +17,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "testlib/host_facts.h"
 #include "testlib/kiln_runner.h"
@@ -75,10 +74,13 @@ class Cleanup : public SandboxTest {
     const std::optional<std::string> no_cgroup = CgroupLimitsMissingReason();
     const bool slots = HostIsRoot();
     if (no_cgroup && !slots) {
-      GTEST_SKIP() << "kiln makes neither cgroups nor uid-slot locks here (not root): " << *no_cgroup;
+      GTEST_SKIP() << "kiln makes neither cgroups nor uid-slot locks here (not root): "
+                   << *no_cgroup;
     }
     if (no_cgroup) std::cout << "[   NOTE   ] cgroups not checked: " << *no_cgroup << std::endl;
-    if (!slots) std::cout << "[   NOTE   ] uid-slot locks not checked: not root, kiln takes none" << std::endl;
+    if (!slots)
+      std::cout << "[   NOTE   ] uid-slot locks not checked: not root, kiln takes none"
+                << std::endl;
     std::vector<std::string> argv{KilnBin(), "run", "--json"};
     argv.insert(argv.end(), args.begin(), args.end());
     argv.push_back("-c");
@@ -125,7 +127,8 @@ TEST_F(Cleanup, NormalRunRemovesItsCgroupsAndReleasesItsSlot) {
 TEST_F(Cleanup, OomKilledRunRemovesItsCgroupsAndReleasesItsSlot) {
   KILN_REQUIRE_CGROUP_LIMITS();  // status memory_limit is an OOM kill in the sandbox's cgroup
   RunAndCheck(
-      "import time\ntime.sleep(1.6)\nb = bytearray(256 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1",
+      "import time\ntime.sleep(1.6)\nb = bytearray(256 << 20)\nfor i in range(0, len(b), 4096): "
+      "b[i] = 1",
       {"--memory", "64m", "--timeout", "20"}, "memory_limit");
 }
 

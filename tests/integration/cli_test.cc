@@ -1,11 +1,11 @@
 // Integration tier: `kiln run` as a user drives it. Files in, exit codes in
 // plain mode, the --json status for each outcome, where the program comes
 // from (-c, FILE, -), and the usage errors that must stop before any sandbox.
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "testlib/kiln_runner.h"
 
@@ -82,8 +82,8 @@ TEST_F(Cli, JsonOk) {
   EXPECT_EQ(r.j["stdout_truncated"], false);
   EXPECT_EQ(r.j["stderr_truncated"], false);
   EXPECT_EQ(r.raw.exit_code, 0) << "--json exits 0 whatever the program did";
-  for (const char* key : {"duration_ms", "cpu_ms", "peak_memory_bytes", "oom_kills", "limits_backend",
-                          "reason", "phases_ms"}) {
+  for (const char* key : {"duration_ms", "cpu_ms", "peak_memory_bytes", "oom_kills",
+                          "limits_backend", "reason", "phases_ms"}) {
     EXPECT_TRUE(r.j.contains(key)) << key << " missing: " << r.Describe();
   }
   EXPECT_FALSE(r.j.contains("files")) << "files is only there with --collect";
@@ -219,7 +219,9 @@ INSTANTIATE_TEST_SUITE_P(
     Errors, CliUsage,
     ::testing::Values(
         UsageCase{"UnknownFlag", {"--bogus", "-c", "print('RAN')"}, {"--bogus"}},
-        UsageCase{"BadMemorySize", {"--memory", "12parsecs", "-c", "print('RAN')"}, {"--memory", "12parsecs"}},
+        UsageCase{"BadMemorySize",
+                  {"--memory", "12parsecs", "-c", "print('RAN')"},
+                  {"--memory", "12parsecs"}},
         UsageCase{"NegativeTimeout", {"--timeout", "-1", "-c", "print('RAN')"}, {"--timeout"}},
         UsageCase{"MissingFile", {"@DIR@/missing.py"}, {"@DIR@/missing.py", "No such file"}},
         UsageCase{"MissingFileHostPath",
@@ -229,10 +231,13 @@ INSTANTIATE_TEST_SUITE_P(
         UsageCase{"FileNameWithSlash",
                   {"--file", "@DIR@/input.txt:sub/name.txt", "-c", "print('RAN')"},
                   {"sub/name.txt"}},
-        UsageCase{"FileNameDotDot", {"--file", "@DIR@/input.txt:..", "-c", "print('RAN')"}, {"'..'"}},
+        UsageCase{
+            "FileNameDotDot", {"--file", "@DIR@/input.txt:..", "-c", "print('RAN')"}, {"'..'"}},
         UsageCase{"BothCodeAndFile", {"-c", "print('RAN')", "@DIR@/prog.py"}, {"exactly one"}},
         UsageCase{"NoProgram", {}, {"exactly one"}}),
-    [](const ::testing::TestParamInfo<UsageCase>& param_info) { return std::string(param_info.param.name); });
+    [](const ::testing::TestParamInfo<UsageCase>& param_info) {
+      return std::string(param_info.param.name);
+    });
 
 }  // namespace
 }  // namespace kiln::testing

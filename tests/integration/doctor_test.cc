@@ -4,12 +4,12 @@
 // where kiln runs without it by design (an unprivileged user, an older
 // Landlock ABI, no cgroups for a non-root user). A host without a layer that
 // kiln requires skips the fixture (SandboxTest).
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <set>
 #include <string>
 #include <utility>
-
-#include <gtest/gtest.h>
 
 #include "testlib/host_facts.h"
 #include "testlib/kiln_runner.h"
@@ -27,7 +27,10 @@ std::pair<std::string, std::string> ExpectedState(const std::string& name) {
   }
   if (name == "landlock") {
     const LandlockFact& l = HostLandlock();
-    return {l.abi >= 6 ? "available" : l.abi >= 1 ? "degraded" : "missing", l.detail + " (kiln wants ABI 6)"};
+    return {l.abi >= 6   ? "available"
+            : l.abi >= 1 ? "degraded"
+                         : "missing",
+            l.detail + " (kiln wants ABI 6)"};
   }
   if (name == "cgroup") {
     // As root kiln must use the cgroups the host gives; unprivileged, it uses
@@ -44,8 +47,10 @@ std::pair<std::string, std::string> ExpectedState(const std::string& name) {
   }
   if (name == "memfd noexec") {
     std::error_code ec;
-    if (!std::filesystem::exists("/proc/sys/vm/memfd_noexec", ec)) return {"degraded", "Linux < 6.3"};
-    return {HostIsRoot() ? "available" : "degraded", HostIsRoot() ? "root, Linux >= 6.3" : "not root"};
+    if (!std::filesystem::exists("/proc/sys/vm/memfd_noexec", ec))
+      return {"degraded", "Linux < 6.3"};
+    return {HostIsRoot() ? "available" : "degraded",
+            HostIsRoot() ? "root, Linux >= 6.3" : "not root"};
   }
   if (name == "warm pool") {
     // kiln serve's pool needs root (a host uid per sandbox) and cgroups.
@@ -70,7 +75,8 @@ TEST_F(Doctor, JsonSaysReadyAndListsEveryLayer) {
     EXPECT_TRUE(layer.contains("state") && layer.contains("required") && layer.contains("detail"))
         << layer.dump();
     const auto [state, why] = ExpectedState(name);
-    EXPECT_EQ(layer.value("state", ""), state) << name << " (host: " << why << "): " << layer.dump();
+    EXPECT_EQ(layer.value("state", ""), state)
+        << name << " (host: " << why << "): " << layer.dump();
   }
   for (const char* expected :
        {"user namespace", "pid namespace", "mount namespace", "network namespace", "ipc namespace",

@@ -2,7 +2,10 @@
 // isolated from each other as two cold sandboxes are; the pool refills; a
 // killed zygote is replaced. Needs root and cgroups (the pool does); skipped
 // with the reason otherwise.
+#include "cli/pool.h"
+
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -19,9 +22,6 @@
 #include <string>
 #include <thread>
 
-#include <gtest/gtest.h>
-
-#include "cli/pool.h"
 #include "config/config.h"
 #include "supervisor/sandbox.h"
 #include "testlib/host_facts.h"
@@ -179,13 +179,15 @@ TEST_F(PoolTest, SiblingsCannotSeeOrSignalEachOther) {
   const supervisor::ExecutionResult ra = Run(std::move(a), R"PY(
 import os, signal, ctypes
 print("pids", sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
-for pid in ()PY" + std::to_string(b_worker) + ", " + std::to_string(b_init) + R"PY():
+for pid in ()PY" + std::to_string(b_worker) + ", " + std::to_string(b_init) +
+                                                               R"PY():
     try:
         os.kill(pid, 0); print("signal ok")
     except OSError as e: print("signal", e.errno)
     print("proc", os.path.exists("/proc/%d" % pid))
 libc = ctypes.CDLL(None, use_errno=True)
-print("ptrace", libc.ptrace(16, )PY" + std::to_string(b_worker) + R"PY(, 0, 0), ctypes.get_errno())
+print("ptrace", libc.ptrace(16, )PY" + std::to_string(b_worker) +
+                                                               R"PY(, 0, 0), ctypes.get_errno())
 print("uid", os.getuid())
 try:
     os.kill(-1, signal.SIGKILL)
@@ -226,8 +228,8 @@ open("/dev/shm/from-a", "w").write("a")
 go.wait(120)
 print("a done", sorted(os.listdir("/tmp")))
 )PY");
-  struct Go {  // lets A end, also when an assertion below returns early
-    int pidfd;   // A's worker, so a later signal cannot reach a reused pid
+  struct Go {   // lets A end, also when an assertion below returns early
+    int pidfd;  // A's worker, so a later signal cannot reach a reused pid
     void Send() const { ::syscall(SYS_pidfd_send_signal, pidfd, SIGUSR1, nullptr, 0); }
     ~Go() {
       Send();
@@ -309,8 +311,10 @@ TEST_F(PoolTest, AdoptedSandboxGetsInputFilesAsItsOwn) {
   o.adopt = &a;
   auto r = supervisor::RunSandboxed(
       *host_, *p,
-      {"<string>", "import os\nprint(open('data/in.txt').read(), os.stat('data/in.txt').st_uid)\n"
-                   "open('data/in.txt', 'a').write('!')\n", {}},
+      {"<string>",
+       "import os\nprint(open('data/in.txt').read(), os.stat('data/in.txt').st_uid)\n"
+       "open('data/in.txt', 'a').write('!')\n",
+       {}},
       o);
   ASSERT_TRUE(r.ok()) << r.error().ToString();
   EXPECT_EQ(r->stdout_data, "hello 1000\n") << r->stderr_data;
@@ -388,7 +392,8 @@ burst = 1000
 [pool]
 max = 2
 preload = ["numpy"]
-enabled = )TOML") + (enabled ? "true" : "false") + R"TOML(
+enabled = )TOML") + (enabled ? "true" : "false") +
+                        R"TOML(
 [profiles.default]
 interpreter = "/usr/bin/python3"
 [profiles.default.defaults]

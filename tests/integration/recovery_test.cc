@@ -8,6 +8,7 @@
 // Killed here, one after the other, each by its pid (they are all this
 // test's own descendants): the spawner, the pool process, a zygote, a
 // session's supervisor, and pid 1 of a running sandbox.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -19,13 +20,11 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "testlib/http_client.h"
 #include "testlib/kiln_runner.h"
@@ -80,9 +79,11 @@ class Load {
       std::lock_guard<std::mutex> lock(mu_);
       ++statuses_[r.status];
       if (r.status == 200) {
-        if (Parse(r).value("stdout", "") != "1\n") problems_.push_back("200 without its output: " + r.Describe());
+        if (Parse(r).value("stdout", "") != "1\n")
+          problems_.push_back("200 without its output: " + r.Describe());
       } else if (r.status == 503) {
-        if (!r.Header("Retry-After")) problems_.push_back("503 without Retry-After: " + r.Describe());
+        if (!r.Header("Retry-After"))
+          problems_.push_back("503 without Retry-After: " + r.Describe());
       } else {
         problems_.push_back(r.Describe());  // 500, or no answer in 60 s
       }
@@ -120,7 +121,8 @@ interpreter = "/usr/bin/python3"
 timeout = 30
 memory = "256m"
 )TOML");
-    ASSERT_TRUE(server_.Start(dir_.path() + "/data", dir_.path() + "/kiln.toml", "recovery", &why_)) << why_;
+    ASSERT_TRUE(server_.Start(dir_.path() + "/data", dir_.path() + "/kiln.toml", "recovery", &why_))
+        << why_;
     key_ = Trim(server_.Stdout());
   }
   // Within 60 s: /readyz is 200 and an execution runs.
@@ -164,7 +166,8 @@ TEST_F(Recovery, EveryKindOfProcessKilledUnderLoad) {
   if (pool) {
     // 2. The pool process.
     auto pool_pid = ChildNamed(spawner2, "kiln-pool");
-    const bool pool_up = WaitFor([&] { return (pool_pid = ChildNamed(spawner2, "kiln-pool")).has_value(); }, 30s);
+    const bool pool_up =
+        WaitFor([&] { return (pool_pid = ChildNamed(spawner2, "kiln-pool")).has_value(); }, 30s);
     ASSERT_TRUE(pool_up) << "no kiln-pool under the spawner";
     ASSERT_EQ(::kill(*pool_pid, SIGKILL), 0);
     EXPECT_TRUE(Recovered());
@@ -218,12 +221,14 @@ TEST_F(Recovery, EveryKindOfProcessKilledUnderLoad) {
   for (const auto& p : load.problems()) all += p + "\n";
   EXPECT_TRUE(load.problems().empty()) << all;
   EXPECT_GT(statuses.count(200) ? statuses.at(200) : 0, 0);
-  for (const auto& [status, n] : statuses) std::cout << "load: status " << status << ": " << n << "\n";
+  for (const auto& [status, n] : statuses)
+    std::cout << "load: status " << status << ": " << n << "\n";
 
   // 5. Pid 1 of a running sandbox (the only one now): its execution answers
   // with a status, not a 5xx.
   auto sleeper = std::async(std::launch::async, [this] {
-    return Post("/v1/execute", {{"code", "import time; print('up', flush=True); time.sleep(10)"}, {"memory", "128m"}});
+    return Post("/v1/execute", {{"code", "import time; print('up', flush=True); time.sleep(10)"},
+                                {"memory", "128m"}});
   });
   std::optional<pid_t> init;
   const bool running = WaitFor(

@@ -10,6 +10,7 @@
 // One server for the suite, on its own data directory, with small limits:
 // max_body 64k, max_file 64m, max_bodies_in_flight 64m.
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -18,13 +19,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <future>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "testlib/http_client.h"
 #include "testlib/kiln_runner.h"
@@ -120,7 +119,8 @@ class Conn {
 
   // Reads one response (headers, and a Content-Length body) within `limit`.
   // `already`: bytes of it received before. nullopt: none came in time.
-  std::optional<std::string> ReadResponse(std::chrono::milliseconds limit, std::string already = "") {
+  std::optional<std::string> ReadResponse(std::chrono::milliseconds limit,
+                                          std::string already = "") {
     std::string raw = std::move(already);
     const auto deadline = Clock::now() + limit;
     for (;;) {
@@ -132,7 +132,8 @@ class Conn {
                                 : end + 4;
         if (raw.size() >= want) return raw.substr(0, want);
       }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (left <= 0) return std::nullopt;
       pollfd pfd{fd_, POLLIN, 0};
       if (::poll(&pfd, 1, static_cast<int>(left)) <= 0) continue;
@@ -159,8 +160,8 @@ std::string Head(const std::string& method, const std::string& path, const std::
                  uint64_t content_length, const std::string& extra = "") {
   std::string h = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n";
   if (!auth_header.empty()) h += auth_header + "\r\n";
-  h += "Content-Type: application/octet-stream\r\nContent-Length: " + std::to_string(content_length) + "\r\n" +
-       extra + "\r\n";
+  h += "Content-Type: application/octet-stream\r\nContent-Length: " +
+       std::to_string(content_length) + "\r\n" + extra + "\r\n";
   return h;
 }
 
@@ -186,7 +187,8 @@ class RequestBody : public ::testing::Test {
     shared_ = new Shared;
     const std::string config = shared_->dir.path() + "/kiln.toml";
     WriteFile(config, kConfig);
-    if (!shared_->server.Start(shared_->dir.path() + "/data", config, "body", &setup_error_)) return;
+    if (!shared_->server.Start(shared_->dir.path() + "/data", config, "body", &setup_error_))
+      return;
     shared_->key = Trim(shared_->server.Stdout());
   }
   static void TearDownTestSuite() {
@@ -236,8 +238,8 @@ TEST_F(RequestBody, UnauthenticatedUploadIsRefusedBeforeItsBody) {
             "Authorization: Bearer kiln_000000000000_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", 60u << 20),
        "unauthenticated"},
       {"mcp, no key", Head("POST", "/mcp", "", 50u << 20), "unauthenticated"},
-      {"reference execute, wrong key", Head("POST", "/execute", "X-API-Key: kiln_000000000000_wrong", 50u << 20),
-       ""},
+      {"reference execute, wrong key",
+       Head("POST", "/execute", "X-API-Key: kiln_000000000000_wrong", 50u << 20), ""},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -266,10 +268,12 @@ TEST_F(RequestBody, OversizedBodyIsRefusedBeforeItIsRead) {
   };
   const std::vector<Case> cases = {
       {"execute over max_body", Head("POST", "/v1/execute", Bearer(), 1u << 20), 413},
-      {"reference execute over max_body", Head("POST", "/execute", "X-API-Key: " + shared_->key, 1u << 20), 413},
-      {"a file over max_file", Head("PUT", "/v1/sessions/0123456789abcdef/files/a.bin", Bearer(), 65u << 20),
+      {"reference execute over max_body",
+       Head("POST", "/execute", "X-API-Key: " + shared_->key, 1u << 20), 413},
+      {"a file over max_file",
+       Head("PUT", "/v1/sessions/0123456789abcdef/files/a.bin", Bearer(), 65u << 20), 413},
+      {"a session create with a file-sized body", Head("POST", "/v1/sessions", Bearer(), 1u << 20),
        413},
-      {"a session create with a file-sized body", Head("POST", "/v1/sessions", Bearer(), 1u << 20), 413},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -320,7 +324,8 @@ TEST_F(RequestBody, ClientThatSendsItsWholeBodyReadsThe413) {
   ASSERT_TRUE(conn.ok());
   ASSERT_TRUE(conn.Send(Head("POST", "/v1/execute", Bearer(), 20u << 20)));
   std::string received;
-  EXPECT_TRUE(conn.SendFiller(20u << 20, &received)) << "the server reset the connection during the body";
+  EXPECT_TRUE(conn.SendFiller(20u << 20, &received))
+      << "the server reset the connection during the body";
   const auto r = conn.ReadResponse(10s, received);
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(StatusOf(*r), 413) << *r;
@@ -331,8 +336,9 @@ TEST_F(RequestBody, ClientThatSendsItsWholeBodyReadsThe413) {
 TEST_F(RequestBody, ChunkedBodyOverTheLimitIs413) {
   Conn conn(srv().port());
   ASSERT_TRUE(conn.ok());
-  ASSERT_TRUE(conn.Send("POST /v1/execute HTTP/1.1\r\nHost: 127.0.0.1\r\n" + Bearer() +
-                        "\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"));
+  ASSERT_TRUE(
+      conn.Send("POST /v1/execute HTTP/1.1\r\nHost: 127.0.0.1\r\n" + Bearer() +
+                "\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"));
   std::string chunks;
   for (int i = 0; i < 4; ++i) chunks += "8000\r\n" + std::string(0x8000, ' ') + "\r\n";  // 128 KiB
   chunks += "0\r\n\r\n";
@@ -349,7 +355,8 @@ TEST_F(RequestBody, Expect100ContinueIsAnswered) {
   Conn conn(srv().port());
   ASSERT_TRUE(conn.ok());
   const std::string body = json({{"code", "print('continued')"}}).dump();
-  ASSERT_TRUE(conn.Send(Head("POST", "/v1/execute", Bearer(), body.size(), "Expect: 100-continue\r\n")));
+  ASSERT_TRUE(
+      conn.Send(Head("POST", "/v1/execute", Bearer(), body.size(), "Expect: 100-continue\r\n")));
   const auto interim = conn.ReadResponse(5s);
   ASSERT_TRUE(interim.has_value()) << "no 100 Continue";
   EXPECT_EQ(StatusOf(*interim), 100) << *interim;
@@ -412,8 +419,9 @@ TEST_F(RequestBody, CurlReadsThe413) {
   // before the body; without it, after the body is sent and drained.
   for (const char* expect : {"Expect: 100-continue", "Expect:"}) {
     SCOPED_TRACE(expect);
-    const ProcessResult p = RunProcess({curl, "-sS", "-o", "-", "-w", "\n%{http_code}", "-H", Bearer(), "-H",
-                                        expect, "--data-binary", "@" + file, Url("/v1/execute")});
+    const ProcessResult p =
+        RunProcess({curl, "-sS", "-o", "-", "-w", "\n%{http_code}", "-H", Bearer(), "-H", expect,
+                    "--data-binary", "@" + file, Url("/v1/execute")});
     EXPECT_EQ(p.exit_code, 0) << p.err;
     EXPECT_NE(p.out.find("\n413"), std::string::npos) << p.out << p.err;
     EXPECT_NE(p.out.find("body_too_large"), std::string::npos) << p.out;
@@ -423,18 +431,20 @@ TEST_F(RequestBody, CurlReadsThe413) {
 TEST_F(RequestBody, PythonRequestsReadsThe413) {
   const ProcessResult probe = RunProcess({"/usr/bin/python3", "-c", "import requests"});
   if (probe.exit_code != 0) GTEST_SKIP() << "Debian's python3-requests is not installed";
-  const ProcessResult p = RunProcess(
-      {"/usr/bin/python3", "-c",
-       "import sys, requests\n"
-       "r = requests.post(sys.argv[1], data=b'x' * (20 << 20), headers={'Authorization': sys.argv[2]})\n"
-       "print(r.status_code, r.json()['error']['code'])\n",
-       Url("/v1/execute"), Bearer().substr(std::string("Authorization: ").size())});
+  const ProcessResult p =
+      RunProcess({"/usr/bin/python3", "-c",
+                  "import sys, requests\n"
+                  "r = requests.post(sys.argv[1], data=b'x' * (20 << 20), "
+                  "headers={'Authorization': sys.argv[2]})\n"
+                  "print(r.status_code, r.json()['error']['code'])\n",
+                  Url("/v1/execute"), Bearer().substr(std::string("Authorization: ").size())});
   EXPECT_EQ(p.exit_code, 0) << p.err;
   EXPECT_EQ(p.out, "413 body_too_large\n") << p.err;
 }
 
 TEST_F(RequestBody, NodeFetchReadsThe413) {
-  const ProcessResult probe = RunProcess({"/bin/sh", "-c", "node -e 'process.exit(typeof fetch === \"function\" ? 0 : 1)'"});
+  const ProcessResult probe = RunProcess(
+      {"/bin/sh", "-c", "node -e 'process.exit(typeof fetch === \"function\" ? 0 : 1)'"});
   if (probe.exit_code != 0) GTEST_SKIP() << "node with a global fetch (Node 18+) is not installed";
   const ProcessResult p = RunProcess(
       {"/bin/sh", "-c",

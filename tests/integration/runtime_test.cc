@@ -29,7 +29,8 @@ int CountOutputs(const JsonRun& r, const std::string& type) {
 // Width and height from a PNG's IHDR chunk.
 std::pair<int, int> PngSize(const std::string& png) {
   auto be32 = [&](size_t at) {
-    return (static_cast<unsigned char>(png[at]) << 24) | (static_cast<unsigned char>(png[at + 1]) << 16) |
+    return (static_cast<unsigned char>(png[at]) << 24) |
+           (static_cast<unsigned char>(png[at + 1]) << 16) |
            (static_cast<unsigned char>(png[at + 2]) << 8) | static_cast<unsigned char>(png[at + 3]);
   };
   if (png.size() < 24 || png.compare(0, 8, "\x89PNG\r\n\x1a\n") != 0) return {-1, -1};
@@ -86,7 +87,8 @@ TEST_F(RuntimeTest, StreamsAndResultsKeepTheirOrder) {
       seen.push_back(o["output_type"].get<std::string>());
     }
   }
-  EXPECT_EQ(seen, (std::vector<std::string>{"stdout:a\n", "stderr:b\n", "stdout:c\n", "execute_result"}))
+  EXPECT_EQ(seen,
+            (std::vector<std::string>{"stdout:a\n", "stderr:b\n", "stdout:c\n", "execute_result"}))
       << r.Describe();
 }
 
@@ -198,7 +200,9 @@ INSTANTIATE_TEST_SUITE_P(
                       PolicyCase{"from_dotted", "from os.path import join\n", "os.path", 1},
                       PolicyCase{"literal_dunder", "__import__('socket')\n", "socket", 1},
                       PolicyCase{"dynamic", "m = 'o' + 's'\nmod = __import__(m)\n", "os", 2}),
-    [](const ::testing::TestParamInfo<PolicyCase>& param_info) { return std::string(param_info.param.name); });
+    [](const ::testing::TestParamInfo<PolicyCase>& param_info) {
+      return std::string(param_info.param.name);
+    });
 
 TEST_F(RuntimeTest, StaticViolationRunsNothingOfTheCell) {
   JsonRun r = RunPython("print('ran')\nimport os\n", {"--profile", "strict"});
@@ -209,8 +213,9 @@ TEST_F(RuntimeTest, StaticViolationRunsNothingOfTheCell) {
 TEST_F(RuntimeTest, AllowedLibraryMayImportDeniedModulesInternally) {
   KILN_REQUIRE_PYTHON_MODULES("pandas");
   // pandas and json import os and sys themselves; only the user's imports are checked.
-  JsonRun r = RunPython("import json, pandas as pd\nprint(json.dumps(int(pd.Series([1, 2]).sum())))\n",
-                        {"--profile", "strict"});
+  JsonRun r =
+      RunPython("import json, pandas as pd\nprint(json.dumps(int(pd.Series([1, 2]).sum())))\n",
+                {"--profile", "strict"});
   ASSERT_EQ(r.status(), "ok") << r.Describe();
   EXPECT_EQ(r.out(), "3\n");
 }
@@ -224,8 +229,9 @@ TEST_F(RuntimeTest, OpenProfileAllowsEverything) {
 // process as the runtime and can write anything to the channel (fd 3).
 
 TEST_F(RuntimeTest, OversizedFrameIsAProtocolError) {
-  JsonRun r = RunPython("import os\nos.write(3, b'\\xff\\xff\\xff\\xff')\nimport time\ntime.sleep(30)\n",
-                        {"--timeout", "20"});
+  JsonRun r =
+      RunPython("import os\nos.write(3, b'\\xff\\xff\\xff\\xff')\nimport time\ntime.sleep(30)\n",
+                {"--timeout", "20"});
   EXPECT_EQ(r.status(), "protocol_error") << r.Describe();
   EXPECT_NE(r.j["reason"].get<std::string>().find("oversized"), std::string::npos) << r.Describe();
   EXPECT_LT(r.raw.elapsed_ms, 10000) << "killed at once, not at the timeout";
@@ -238,8 +244,9 @@ TEST_F(RuntimeTest, TruncatedFrameIsAProtocolError) {
 }
 
 TEST_F(RuntimeTest, GarbageFrameIsAProtocolError) {
-  JsonRun r = RunPython("import os\nos.write(3, b'\\x00\\x00\\x00\\x03abc')\nimport time\ntime.sleep(30)\n",
-                        {"--timeout", "20"});
+  JsonRun r =
+      RunPython("import os\nos.write(3, b'\\x00\\x00\\x00\\x03abc')\nimport time\ntime.sleep(30)\n",
+                {"--timeout", "20"});
   EXPECT_EQ(r.status(), "protocol_error") << r.Describe();
   EXPECT_NE(r.j["reason"].get<std::string>().find("malformed"), std::string::npos) << r.Describe();
 }
@@ -251,7 +258,8 @@ TEST_F(RuntimeTest, ForgedFrameOfUnknownTypeIsAProtocolError) {
       "os.write(3, struct.pack('>I', len(m)) + m)\nimport time\ntime.sleep(30)\n",
       {"--timeout", "20"});
   EXPECT_EQ(r.status(), "protocol_error") << r.Describe();
-  EXPECT_NE(r.j["reason"].get<std::string>().find("become_root"), std::string::npos) << r.Describe();
+  EXPECT_NE(r.j["reason"].get<std::string>().find("become_root"), std::string::npos)
+      << r.Describe();
 }
 
 // A display_data frame whose metadata nests 60,000 deep (360 KB) made `kiln
@@ -260,7 +268,8 @@ TEST_F(RuntimeTest, ForgedFrameOfUnknownTypeIsAProtocolError) {
 TEST_F(RuntimeTest, DeeplyNestedFrameIsAProtocolErrorNotACrash) {
   JsonRun r = RunPython(
       "import os, struct\n"
-      "m = (b'{\"type\": \"display_data\", \"cell\": 1, \"data\": {\"text/plain\": \"x\"}, \"metadata\": '\n"
+      "m = (b'{\"type\": \"display_data\", \"cell\": 1, \"data\": {\"text/plain\": \"x\"}, "
+      "\"metadata\": '\n"
       "     + b'[' * 60000 + b']' * 60000 + b'}')\n"
       "os.write(3, struct.pack('>I', len(m)) + m)\nimport time\ntime.sleep(30)\n",
       {"--timeout", "20"});
@@ -293,7 +302,8 @@ TEST_F(RuntimeTest, RuntimeThatNeverAnswersEndsAtTheTimeout) {
 TEST_F(RuntimeTest, ProfileMaximumsAreEnforced) {
   ProcessResult p = RunKiln({"run", "--profile", "strict", "--memory", "8g", "-c", "print(1)"});
   EXPECT_EQ(p.exit_code, 2);
-  EXPECT_NE(p.err.find("--memory: 8 GiB is over the profile's maximum of 2 GiB"), std::string::npos) << p.err;
+  EXPECT_NE(p.err.find("--memory: 8 GiB is over the profile's maximum of 2 GiB"), std::string::npos)
+      << p.err;
   EXPECT_EQ(p.out, "") << "nothing ran";
 }
 

@@ -2,10 +2,10 @@
 // matplotlib (Agg) work inside the sandbox, and a figure saved in the
 // workspace comes out with --collect. Each test skips, naming the package,
 // where the host's /usr/bin/python3 lacks its library.
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "testlib/host_facts.h"
 #include "testlib/kiln_runner.h"

@@ -5,19 +5,18 @@
 // never exec, so pid 1 of every cold sandbox held kiln.db, -wal and -shm and
 // mapped the -shm read-write. Checked from outside (root reads /proc of
 // every process under the spawner), for a cold session and a pooled one-shot.
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <future>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "testlib/http_client.h"
 #include "testlib/kiln_runner.h"
@@ -48,7 +47,8 @@ std::vector<std::string> HoldsOf(const ProcInfo& p, const std::string& dir) {
   std::istringstream maps(ReadFile(base + "/maps").value_or(""));
   std::string line;
   while (std::getline(maps, line)) {
-    if (line.find(dir) != std::string::npos) found.push_back(p.comm + "[" + std::to_string(p.pid) + "]: " + line);
+    if (line.find(dir) != std::string::npos)
+      found.push_back(p.comm + "[" + std::to_string(p.pid) + "]: " + line);
   }
   return found;
 }
@@ -58,7 +58,8 @@ class ServerState : public SandboxTest {
   void SetUp() override {
     SandboxTest::SetUp();
     if (IsSkipped()) return;
-    if (::geteuid() != 0) GTEST_SKIP() << "reading every sandbox process's /proc/PID/fd and maps needs root";
+    if (::geteuid() != 0)
+      GTEST_SKIP() << "reading every sandbox process's /proc/PID/fd and maps needs root";
     WriteFile(dir_.path() + "/kiln.toml", R"TOML(
 [server]
 concurrency = 2
@@ -120,7 +121,8 @@ TEST_F(ServerState, NoSandboxHoldsTheServersStore) {
   const bool both = kiln_server_detail::WaitFor(
       [this] {
         size_t supervisors = 0;
-        for (const auto& p : DescendantProcs(server_.pid())) supervisors += p.comm == "kiln-supervise";
+        for (const auto& p : DescendantProcs(server_.pid()))
+          supervisors += p.comm == "kiln-supervise";
         return supervisors >= 2;
       },
       30s);

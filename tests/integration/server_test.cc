@@ -7,6 +7,7 @@
 // own data directories. Every server is a Subprocess of this test; each is
 // stopped (SIGTERM, bounded wait, SIGKILL of its group as a last resort) before
 // its test or suite ends.
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
 #include <set>
@@ -23,9 +25,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "testlib/host_facts.h"
 #include "testlib/http_client.h"
@@ -66,13 +65,20 @@ std::optional<std::string> Unbase64(const std::string& in) {
   int bits = 0;
   for (char c : in) {
     int v;
-    if (c >= 'A' && c <= 'Z') v = c - 'A';
-    else if (c >= 'a' && c <= 'z') v = c - 'a' + 26;
-    else if (c >= '0' && c <= '9') v = c - '0' + 52;
-    else if (c == '+') v = 62;
-    else if (c == '/') v = 63;
-    else if (c == '=') break;
-    else return std::nullopt;
+    if (c >= 'A' && c <= 'Z')
+      v = c - 'A';
+    else if (c >= 'a' && c <= 'z')
+      v = c - 'a' + 26;
+    else if (c >= '0' && c <= '9')
+      v = c - '0' + 52;
+    else if (c == '+')
+      v = 62;
+    else if (c == '/')
+      v = 63;
+    else if (c == '=')
+      break;
+    else
+      return std::nullopt;
     acc = (acc << 6) | static_cast<uint32_t>(v);
     bits += 6;
     if (bits >= 8) {
@@ -141,7 +147,8 @@ std::vector<std::string> KilnCgroupDirs() {
     std::string c;
     while (std::getline(cs, c, ',')) {
       if (c.rfind("name=", 0) == 0) continue;
-      for (const std::string& d : {"/sys/fs/cgroup/" + c + path + "/kiln", "/sys/fs/cgroup/" + c + "/kiln"}) {
+      for (const std::string& d :
+           {"/sys/fs/cgroup/" + c + path + "/kiln", "/sys/fs/cgroup/" + c + "/kiln"}) {
         std::error_code ec;
         if (fs::is_directory(d, ec)) dirs.insert(fs::path(d).lexically_normal().string());
       }
@@ -229,7 +236,7 @@ struct Shared {
   TempDir dir;
   std::string data_dir;
   KilnServer server;
-  std::string key;  // tenant "default": the key the first start printed
+  std::string key;                          // tenant "default": the key the first start printed
   std::map<std::string, std::string> keys;  // more tenants
 };
 
@@ -345,7 +352,8 @@ TEST_F(Server, ThePoolIsInPlainSight) {
     ASSERT_TRUE(pool.is_object()) << r.Describe();
     // A hit and the refill it asked for, reported (the pool's status follows
     // its handoffs; the refill takes a moment).
-    hit = pool["profiles"]["default"].value("hits", 0) > 0 && pool["profiles"]["default"].value("refills", 0) > 0;
+    hit = pool["profiles"]["default"].value("hits", 0) > 0 &&
+          pool["profiles"]["default"].value("refills", 0) > 0;
   } while (pool_possible && !hit && Clock::now() < deadline);
   if (!pool_possible) {
     EXPECT_FALSE(pool.value("enabled", true)) << pool.dump();
@@ -356,8 +364,9 @@ TEST_F(Server, ThePoolIsInPlainSight) {
   EXPECT_TRUE(pool.value("enabled", false)) << pool.dump();
   EXPECT_TRUE(pool.value("running", false)) << pool.dump();
   const json& p = pool["profiles"]["default"];
-  for (const char* k : {"ready", "refilling", "in_use", "target", "hits", "cold_fallbacks", "refills",
-                        "refill_ms_total", "last_refill_ms", "failures", "zygote_starts"}) {
+  for (const char* k :
+       {"ready", "refilling", "in_use", "target", "hits", "cold_fallbacks", "refills",
+        "refill_ms_total", "last_refill_ms", "failures", "zygote_starts"}) {
     EXPECT_TRUE(p.contains(k) && p[k].is_number()) << k << ": " << p.dump();
   }
   EXPECT_GE(p.value("refills", 0), 1) << p.dump();
@@ -411,7 +420,8 @@ void ExpectHelloResult(const HttpResponse& r) {
   EXPECT_EQ(j.value("stdout", ""), "hello\n") << r.Describe();
   EXPECT_EQ(j.value("stderr", "?"), "") << r.Describe();
   ASSERT_TRUE(j.contains("id") && j["id"].is_string()) << r.Describe();
-  EXPECT_TRUE(std::regex_match(j["id"].get<std::string>(), std::regex("[0-9a-f]{32}"))) << r.Describe();
+  EXPECT_TRUE(std::regex_match(j["id"].get<std::string>(), std::regex("[0-9a-f]{32}")))
+      << r.Describe();
   ASSERT_TRUE(j.contains("outputs") && j["outputs"].is_array()) << r.Describe();
   EXPECT_EQ(j["outputs"],
             json::array({{{"output_type", "stream"}, {"name", "stdout"}, {"text", "hello\n"}}}))
@@ -447,7 +457,8 @@ TEST_F(Server, V1FilesInAreReadable) {
     bytes_list += (i ? ", " : "") + std::to_string(static_cast<unsigned char>(binary[i]));
   }
   bytes_list += "]";
-  EXPECT_EQ(j.value("stdout", ""), "'plain text\\nline 2\\n'\n" + bytes_list + "\n['blob.bin']\n") << r.Describe();
+  EXPECT_EQ(j.value("stdout", ""), "'plain text\\nline 2\\n'\n" + bytes_list + "\n['blob.bin']\n")
+      << r.Describe();
 }
 
 // path -> {size, decoded content} of a result's "files".
@@ -458,7 +469,8 @@ std::map<std::string, std::pair<uint64_t, std::string>> ReturnedFiles(const json
     return out;
   }
   for (const auto& f : j["files"]) {
-    EXPECT_TRUE(f.contains("path") && f.contains("size") && f.contains("content_base64")) << f.dump();
+    EXPECT_TRUE(f.contains("path") && f.contains("size") && f.contains("content_base64"))
+        << f.dump();
     auto decoded = Unbase64(f.value("content_base64", ""));
     EXPECT_TRUE(decoded.has_value()) << "not base64: " << f.dump();
     out[f.value("path", "")] = {f.value("size", uint64_t{0}), decoded.value_or("<bad base64>")};
@@ -479,10 +491,12 @@ TEST_F(Server, V1ReturnFilesTrueAndGlobs) {
     ASSERT_TRUE(files.count("out.txt")) << r.Describe();
     ASSERT_TRUE(files.count("sub/table.csv")) << r.Describe();
     EXPECT_EQ(files.at("out.txt"), std::make_pair(uint64_t{11}, std::string("result text")));
-    EXPECT_EQ(files.at("sub/table.csv"), std::make_pair(uint64_t{9}, std::string("a,b\n1,2\n\0", 9)));
+    EXPECT_EQ(files.at("sub/table.csv"),
+              std::make_pair(uint64_t{9}, std::string("a,b\n1,2\n\0", 9)));
   }
   {
-    const HttpResponse r = srv().Execute(key(), {{"code", code}, {"return_files", json::array({"*.csv"})}});
+    const HttpResponse r =
+        srv().Execute(key(), {{"code", code}, {"return_files", json::array({"*.csv"})}});
     ASSERT_EQ(r.status, 200) << r.Describe();
     const auto files = ReturnedFiles(Parse(r));
     ASSERT_EQ(files.size(), 1u) << r.Describe();
@@ -535,8 +549,8 @@ TEST_F(Server, ReferenceClientRequestAndTheFieldsItReads) {
   ASSERT_TRUE(j.is_object()) << r.Describe();
   std::set<std::string> keys;
   for (const auto& [k, _] : j.items()) keys.insert(k);
-  EXPECT_EQ(keys, (std::set<std::string>{"task_id", "stdout", "stderr", "exit_code", "execution_time",
-                                         "output_files"}))
+  EXPECT_EQ(keys, (std::set<std::string>{"task_id", "stdout", "stderr", "exit_code",
+                                         "execution_time", "output_files"}))
       << r.Describe();
   EXPECT_TRUE(j["task_id"].is_string() && !j["task_id"].get<std::string>().empty()) << r.Describe();
   EXPECT_EQ(j["stdout"], "rows 2\n") << r.Describe();
@@ -563,7 +577,8 @@ TEST_F(Server, ReferenceOutputFilesNullWhenNotAsked) {
 
 TEST_F(Server, ReferenceWrongOrMissingKeyIs401) {
   const std::string body = ReferenceRequest("print(1)", false).dump();
-  const HttpResponse wrong = srv().Call("POST", "/execute", {{"X-API-Key", "kiln_000000000000_wrong"}}, body);
+  const HttpResponse wrong =
+      srv().Call("POST", "/execute", {{"X-API-Key", "kiln_000000000000_wrong"}}, body);
   EXPECT_EQ(wrong.status, 401) << wrong.Describe();
   EXPECT_EQ(Parse(wrong), json({{"detail", "Invalid API Key"}})) << wrong.Describe();
   const HttpResponse missing = srv().Call("POST", "/execute", {}, body);
@@ -607,20 +622,23 @@ TEST_F(Server, ReferenceInvalidFieldsAre422NamingTheField) {
     const HttpResponse r = srv().Call("POST", "/execute", {{"X-API-Key", key()}}, c.body.dump());
     EXPECT_EQ(r.status, 422) << r.Describe();
     json j = Parse(r);
-    ASSERT_TRUE(j.contains("detail") && j["detail"].is_array() && !j["detail"].empty()) << r.Describe();
+    ASSERT_TRUE(j.contains("detail") && j["detail"].is_array() && !j["detail"].empty())
+        << r.Describe();
     EXPECT_EQ(j["detail"][0]["loc"], json::array({"body", c.field})) << r.Describe();
   }
 }
 
 // --- POST /v1/execute: every error status ----------------------------------------
 
-void ExpectV1Error(const HttpResponse& r, int status, const json& field, const std::string& code = "") {
+void ExpectV1Error(const HttpResponse& r, int status, const json& field,
+                   const std::string& code = "") {
   EXPECT_EQ(r.status, status) << r.Describe();
   json j = Parse(r);
   ASSERT_TRUE(j.is_object() && j.contains("error") && j["error"].is_object()) << r.Describe();
   const json& e = j["error"];
   EXPECT_TRUE(e.contains("code") && e["code"].is_string()) << r.Describe();
-  EXPECT_TRUE(e.contains("message") && e["message"].is_string() && !e["message"].get<std::string>().empty())
+  EXPECT_TRUE(e.contains("message") && e["message"].is_string() &&
+              !e["message"].get<std::string>().empty())
       << r.Describe();
   ASSERT_TRUE(e.contains("field")) << r.Describe();
   EXPECT_EQ(e["field"], field) << r.Describe();
@@ -636,7 +654,9 @@ TEST_F(Server, V1InvalidRequestsAre400NamingTheField) {
     json field;
   };
   auto file = [](const std::string& path) {
-    return json({{"code", "print(1)"}, {"files", json::array({{{"path", path}, {"content", "x"}}})}}).dump();
+    return json(
+               {{"code", "print(1)"}, {"files", json::array({{{"path", path}, {"content", "x"}}})}})
+        .dump();
   };
   const std::vector<Case> cases = {
       {"malformed JSON", "{\"code\": \"print(1)\"", nullptr},
@@ -651,29 +671,34 @@ TEST_F(Server, V1InvalidRequestsAre400NamingTheField) {
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
-    ExpectV1Error(srv().Call("POST", "/v1/execute", {{"Authorization", "Bearer " + key()}}, c.body), 400, c.field);
+    ExpectV1Error(srv().Call("POST", "/v1/execute", {{"Authorization", "Bearer " + key()}}, c.body),
+                  400, c.field);
   }
 }
 
 TEST_F(Server, V1ProfileAndLimitErrorsAre400NamingTheField) {
-  ExpectV1Error(srv().Execute(key(), {{"code", "print(1)"}, {"profile", "no-such-profile"}}), 400, "profile");
+  ExpectV1Error(srv().Execute(key(), {{"code", "print(1)"}, {"profile", "no-such-profile"}}), 400,
+                "profile");
   ExpectV1Error(srv().Execute(key(), {{"code", "print(1)"}, {"memory", "8g"}}), 400, "memory");
-  ExpectV1Error(srv().Execute(key(), {{"code", "print(1)"}, {"profile", "tiny"}, {"timeout", 5}}), 400,
-                "timeout");
+  ExpectV1Error(srv().Execute(key(), {{"code", "print(1)"}, {"profile", "tiny"}, {"timeout", 5}}),
+                400, "timeout");
   // The same profile within its maximum runs.
-  const HttpResponse ok = srv().Execute(key(), {{"code", "print(1)"}, {"profile", "tiny"}, {"timeout", 2}});
+  const HttpResponse ok =
+      srv().Execute(key(), {{"code", "print(1)"}, {"profile", "tiny"}, {"timeout", 2}});
   EXPECT_EQ(ok.status, 200) << ok.Describe();
 }
 
 TEST_F(Server, V1UnauthenticatedIs401) {
   const std::string body = json({{"code", "print(1)"}}).dump();
-  const std::vector<std::pair<const char*, std::vector<std::pair<std::string, std::string>>>> cases = {
-      {"no key", {}},
-      {"unknown key", {{"Authorization", "Bearer kiln_000000000000_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}}},
-      {"malformed key", {{"Authorization", "Bearer not-a-key"}}},
-      {"right id, wrong secret", {{"X-API-Key", key().substr(0, 18) + "wrongsecret"}}},
-      {"not Bearer", {{"Authorization", "Basic " + Base64("user:" + key())}}},
-  };
+  const std::vector<std::pair<const char*, std::vector<std::pair<std::string, std::string>>>>
+      cases = {
+          {"no key", {}},
+          {"unknown key",
+           {{"Authorization", "Bearer kiln_000000000000_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}}},
+          {"malformed key", {{"Authorization", "Bearer not-a-key"}}},
+          {"right id, wrong secret", {{"X-API-Key", key().substr(0, 18) + "wrongsecret"}}},
+          {"not Bearer", {{"Authorization", "Basic " + Base64("user:" + key())}}},
+      };
   for (const auto& [name, headers] : cases) {
     SCOPED_TRACE(name);
     const HttpResponse r = srv().Call("POST", "/v1/execute", headers, body);
@@ -690,27 +715,32 @@ TEST_F(Server, RevokedKeyIs401) {
   ASSERT_EQ(revoke.exit_code, 0) << revoke.err;
   const HttpResponse after = srv().Execute(k, {{"code", "print('revoked')"}});
   ExpectV1Error(after, 401, nullptr, "unauthenticated");
-  const HttpResponse reference = srv().Call("POST", "/execute", {{"X-API-Key", k}},
-                                            json({{"code", "print(1)"}}).dump());
+  const HttpResponse reference =
+      srv().Call("POST", "/execute", {{"X-API-Key", k}}, json({{"code", "print(1)"}}).dump());
   EXPECT_EQ(reference.status, 401) << reference.Describe();
   EXPECT_EQ(Parse(reference), json({{"detail", "Invalid API Key"}})) << reference.Describe();
 }
 
 TEST_F(Server, BodyOverMaxBodyIs413) {
   // max_body = 64k; a valid request of ~80 KiB.
-  const std::string body = json({{"code", "# " + std::string(80 * 1024, 'x') + "\nprint(1)"}}).dump();
-  const HttpResponse r = srv().Call("POST", "/v1/execute", {{"Authorization", "Bearer " + key()}}, body);
+  const std::string body =
+      json({{"code", "# " + std::string(80 * 1024, 'x') + "\nprint(1)"}}).dump();
+  const HttpResponse r =
+      srv().Call("POST", "/v1/execute", {{"Authorization", "Bearer " + key()}}, body);
   ExpectV1Error(r, 413, "body");
   // Just under the limit still runs.
-  const std::string small = json({{"code", "# " + std::string(60 * 1024, 'x') + "\nprint(1)"}}).dump();
-  const HttpResponse ok = srv().Call("POST", "/v1/execute", {{"Authorization", "Bearer " + key()}}, small);
+  const std::string small =
+      json({{"code", "# " + std::string(60 * 1024, 'x') + "\nprint(1)"}}).dump();
+  const HttpResponse ok =
+      srv().Call("POST", "/v1/execute", {{"Authorization", "Bearer " + key()}}, small);
   EXPECT_EQ(ok.status, 200) << ok.Describe();
 }
 
 TEST_F(Server, UnknownPathIs404) {
   ExpectV1Error(srv().Get("/v2/nothing"), 404, nullptr);
-  ExpectV1Error(srv().Call("POST", "/v1/execute/extra", {{"Authorization", "Bearer " + key()}}, "{}"), 404,
-                nullptr);
+  ExpectV1Error(
+      srv().Call("POST", "/v1/execute/extra", {{"Authorization", "Bearer " + key()}}, "{}"), 404,
+      nullptr);
 }
 
 TEST_F(Server, WrongMethodIs405) {
@@ -742,9 +772,11 @@ TEST_F(Server, OverloadIs503QueueFullAndNothingIsLost) {
   std::thread ta([&] {
     a = srv().Execute(key(), {{"code", "import time\ntime.sleep(3)\nprint('a done')"}}, 60s);
   });
-  const bool running = WaitFor([&] { return Sample(srv().Metrics(), "kiln_active_sandboxes") == 1.0; }, 10s);
+  const bool running =
+      WaitFor([&] { return Sample(srv().Metrics(), "kiln_active_sandboxes") == 1.0; }, 10s);
   std::thread tb([&] { b = srv().Execute(key(), {{"code", "print('b done')"}}, 60s); });
-  const bool queued = WaitFor([&] { return Sample(srv().Metrics(), "kiln_queue_depth") == 1.0; }, 10s);
+  const bool queued =
+      WaitFor([&] { return Sample(srv().Metrics(), "kiln_queue_depth") == 1.0; }, 10s);
   HttpResponse c;
   if (running && queued) c = srv().Execute(key(), {{"code", "print('c')"}}, 10s);
   ta.join();
@@ -833,9 +865,12 @@ memory = "256m"
   // Each run starts a child whose command line carries the marker, then sleeps.
   const std::string marker = UniqueMarker("kilnsrvkill");
   const std::string code =
-      "# " + marker + "\n"
+      "# " + marker +
+      "\n"
       "import subprocess, sys, time\n"
-      "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)', '" + marker + "'])\n"
+      "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)', '" +
+      marker +
+      "'])\n"
       "time.sleep(30)\n";
   HttpResponse r1, r2;
   std::thread t1([&] { r1 = server.Execute(key, {{"code", code}}, 90s); });
@@ -853,7 +888,9 @@ memory = "256m"
   for (pid_t spawner : ChildrenOf(server.pid())) {
     for (pid_t s : ChildrenOf(spawner)) {
       // Not the warm pool's process (kiln-pool), the spawner's other child.
-      if (ReadFile("/proc/" + std::to_string(s) + "/comm").value_or("").rfind("kiln-supervise", 0) == 0) {
+      if (ReadFile("/proc/" + std::to_string(s) + "/comm")
+              .value_or("")
+              .rfind("kiln-supervise", 0) == 0) {
         supervisors.push_back(s);
       }
     }
@@ -885,8 +922,9 @@ memory = "256m"
     left += "\n  " + std::to_string(p) + ": " +
             ReadFile("/proc/" + std::to_string(p) + "/stat").value_or("(gone)").substr(0, 80);
   }
-  EXPECT_TRUE(gone) << "processes of the killed server's runs remain 10 s after its SIGKILL (pgrep -f "
-                    << marker << "):" << left;
+  EXPECT_TRUE(gone)
+      << "processes of the killed server's runs remain 10 s after its SIGKILL (pgrep -f " << marker
+      << "):" << left;
   EXPECT_EQ(supervisors.size(), 2u) << "expected one supervisor per run under the spawner";
   // The supervisors die with the spawner (PDEATHSIG) and are reaped by
   // whoever inherits them; until then their pids (and so their cgroups' names)
@@ -919,14 +957,17 @@ memory = "256m"
     // kiln/ directories another (root) kiln left here are not this server's.
     std::cout << "[   NOTE   ] stale-cgroup check skipped: " << *no_cgroup << "\n";
   } else if (cgroup_dirs.empty()) {
-    std::cout << "[   NOTE   ] no v1 kiln cgroup directory on this host: stale-cgroup check skipped\n";
+    std::cout
+        << "[   NOTE   ] no v1 kiln cgroup directory on this host: stale-cgroup check skipped\n";
   } else {
     EXPECT_EQ(cgroups_before.size(), 2u * cgroup_dirs.size())
-        << "expected each run's sbx-<supervisor pid>-* cgroup in every kiln cgroup dir while running";
+        << "expected each run's sbx-<supervisor pid>-* cgroup in every kiln cgroup dir while "
+           "running";
     const std::vector<std::string> stale = SandboxCgroupsOf(supervisors);
     std::string list;
     for (const auto& s : stale) list += "\n  " + s;
-    EXPECT_TRUE(stale.empty()) << "cgroups of the dead supervisors remain after the restart:" << list;
+    EXPECT_TRUE(stale.empty()) << "cgroups of the dead supervisors remain after the restart:"
+                               << list;
   }
   const KilnServer::Exit e = again.Terminate(15s);
   EXPECT_TRUE(e.in_time);
@@ -958,14 +999,16 @@ memory = "256m"
   std::thread t([&] {
     r = server.Execute(key, {{"code", "import time\ntime.sleep(2)\nprint('drained')"}}, 60s);
   });
-  const bool running = WaitFor([&] { return Sample(server.Metrics(), "kiln_active_sandboxes") == 1.0; }, 10s);
+  const bool running =
+      WaitFor([&] { return Sample(server.Metrics(), "kiln_active_sandboxes") == 1.0; }, 10s);
   if (!running) t.join();
   ASSERT_TRUE(running) << server.Metrics();
 
   const auto t0 = Clock::now();
   ::kill(server.pid(), SIGTERM);
   // While the execution drains, the listener is already closed.
-  const bool refused_while_draining = WaitFor([&] { return !CanConnect("127.0.0.1", port); }, 1500ms);
+  const bool refused_while_draining =
+      WaitFor([&] { return !CanConnect("127.0.0.1", port); }, 1500ms);
   const bool still_running_then = !HasExited(server.pid()) && Clock::now() - t0 < 1900ms;
   t.join();
   const KilnServer::Exit e = server.WaitExit(12s);
@@ -980,7 +1023,8 @@ memory = "256m"
   EXPECT_LT(since_sigterm, 10.0);
   EXPECT_TRUE(refused_while_draining) << "new connections were still accepted after SIGTERM";
   EXPECT_TRUE(still_running_then) << "(the refusal check ran after the server had exited)";
-  EXPECT_FALSE(CanConnect("127.0.0.1", port)) << "a new connection was accepted after the server exited";
+  EXPECT_FALSE(CanConnect("127.0.0.1", port))
+      << "a new connection was accepted after the server exited";
 }
 
 }  // namespace

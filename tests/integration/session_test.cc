@@ -1,6 +1,7 @@
 // Integration tier: sessions, streaming, interrupts and files over HTTP
 // (docs/api.md, "Sessions"), against one `kiln serve` shared by the suite.
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -11,14 +12,12 @@
 #include <cstdio>
 #include <fstream>
 #include <future>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "testlib/host_facts.h"
 #include "testlib/http_client.h"
@@ -116,9 +115,11 @@ class Sessions : public ::testing::Test {
 
   static const KilnServer& srv() { return shared_->server; }
 
-  static HttpResponse Call(const std::string& method, const std::string& path, const std::string& body = "",
-                           const std::string& key = "", std::chrono::milliseconds timeout = 60s) {
-    return srv().Call(method, path, {{"Authorization", "Bearer " + (key.empty() ? shared_->key : key)}}, body,
+  static HttpResponse Call(const std::string& method, const std::string& path,
+                           const std::string& body = "", const std::string& key = "",
+                           std::chrono::milliseconds timeout = 60s) {
+    return srv().Call(method, path,
+                      {{"Authorization", "Bearer " + (key.empty() ? shared_->key : key)}}, body,
                       timeout);
   }
 
@@ -129,8 +130,9 @@ class Sessions : public ::testing::Test {
     return Parse(r).value("id", "");
   }
 
-  static json Exec(const std::string& id, const std::string& code, std::optional<double> timeout = std::nullopt,
-                   int* status = nullptr, const std::string& key = "") {
+  static json Exec(const std::string& id, const std::string& code,
+                   std::optional<double> timeout = std::nullopt, int* status = nullptr,
+                   const std::string& key = "") {
     json body = {{"code", code}};
     if (timeout) body["timeout"] = *timeout;
     const HttpResponse r = Call("POST", "/v1/sessions/" + id + "/execute", body.dump(), key, 120s);
@@ -164,12 +166,13 @@ class Sessions : public ::testing::Test {
       return events;
     }
     const std::string payload = body.dump();
-    const std::string req = "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
-                            shared_->key + "\r\nAccept: text/event-stream\r\nContent-Type: application/json\r\n" +
-                            "Content-Length: " + std::to_string(payload.size()) + "\r\n\r\n" + payload;
+    const std::string req =
+        "POST " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + shared_->key +
+        "\r\nAccept: text/event-stream\r\nContent-Type: application/json\r\n" +
+        "Content-Length: " + std::to_string(payload.size()) + "\r\n\r\n" + payload;
     const auto t0 = Clock::now();
     (void)!::write(fd, req.data(), req.size());
-    std::string raw;  // everything received
+    std::string raw;        // everything received
     std::string body_text;  // de-chunked body so far
     size_t parsed_events = 0;
     bool headers_done = false;
@@ -191,7 +194,8 @@ class Sessions : public ::testing::Test {
         headers_done = true;
         *status = std::atoi(raw.c_str() + 9);
         pos = end + 4;
-        if (raw.find("text/event-stream") == std::string::npos || raw.find("chunked") == std::string::npos) {
+        if (raw.find("text/event-stream") == std::string::npos ||
+            raw.find("chunked") == std::string::npos) {
           break;  // an ordinary (error) response: the status is what the caller checks
         }
       }
@@ -233,9 +237,9 @@ class Sessions : public ::testing::Test {
   static std::string NewPooledSession(const std::string& key = "") {
     const auto deadline = Clock::now() + 90s;
     while (Clock::now() < deadline) {
-      const HttpResponse r = srv().Call("POST", "/v1/sessions",
-                                        {{"Authorization", "Bearer " + (key.empty() ? shared_->key : key)}},
-                                        "{}", 60s);
+      const HttpResponse r = srv().Call(
+          "POST", "/v1/sessions",
+          {{"Authorization", "Bearer " + (key.empty() ? shared_->key : key)}}, "{}", 60s);
       EXPECT_EQ(r.status, 201) << r.Describe();
       if (r.status != 201) return "";
       const json j = Parse(r);
@@ -282,10 +286,10 @@ TEST_F(Sessions, StatePersistsAcrossCells) {
 // needs root and cgroups; it may be refilling when a session starts (the
 // session then starts cold), so these tests create sessions until one is
 // pooled, within a deadline a broken pool cannot meet.
-#define KILN_REQUIRE_POOL()                                                 \
-  do {                                                                      \
-    KILN_REQUIRE_CGROUP_LIMITS();                                           \
-    if (!HostIsRoot()) GTEST_SKIP() << "the warm pool needs root";          \
+#define KILN_REQUIRE_POOL()                                        \
+  do {                                                             \
+    KILN_REQUIRE_CGROUP_LIMITS();                                  \
+    if (!HostIsRoot()) GTEST_SKIP() << "the warm pool needs root"; \
   } while (0)
 
 TEST_F(Sessions, ASessionTakesAPooledSandboxAndKeepsIt) {
@@ -297,7 +301,9 @@ TEST_F(Sessions, ASessionTakesAPooledSandboxAndKeepsIt) {
   for (const std::string m : {"matplotlib", "numpy", "pandas"}) {
     if (MissingPythonModules({m}).empty()) preloaded.push_back(m);
   }
-  json r = Exec(id, "import sys\nx = 41\nsorted(m for m in ('numpy', 'pandas', 'matplotlib') if m in sys.modules)");
+  json r = Exec(id,
+                "import sys\nx = 41\nsorted(m for m in ('numpy', 'pandas', 'matplotlib') if m in "
+                "sys.modules)");
   EXPECT_EQ(r.value("status", ""), "ok") << r.dump();
   std::string want = "[";
   for (size_t i = 0; i < preloaded.size(); ++i) want += (i ? ", '" : "'") + preloaded[i] + "'";
@@ -305,12 +311,15 @@ TEST_F(Sessions, ASessionTakesAPooledSandboxAndKeepsIt) {
   // The zygote's warm-up (a DataFrame described, a figure drawn) left
   // nothing behind: no figure open, no name bound in the cell's namespace.
   if (MissingPythonModules({"matplotlib"}).empty()) {
-    r = Exec(id, "import matplotlib.pyplot as plt\nplt.get_fignums(), sorted(k for k in globals() if not k.startswith('_'))");
+    r = Exec(id,
+             "import matplotlib.pyplot as plt\nplt.get_fignums(), sorted(k for k in globals() if "
+             "not k.startswith('_'))");
     EXPECT_EQ(TextOf(r), "([], ['plt', 'sys', 'x'])") << r.dump();
   }
   // State, files and the files API stay with the session, cell after cell.
-  const HttpResponse put = srv().Call("PUT", "/v1/sessions/" + id + "/files/in.txt",
-                                      {{"Authorization", "Bearer " + shared_->key}}, "from the API", 30s);
+  const HttpResponse put =
+      srv().Call("PUT", "/v1/sessions/" + id + "/files/in.txt",
+                 {{"Authorization", "Bearer " + shared_->key}}, "from the API", 30s);
   EXPECT_EQ(put.status, 201) << put.Describe();
   r = Exec(id, "open('out.txt', 'w').write('made'); x + 1, open('in.txt').read()");
   EXPECT_EQ(r.value("status", ""), "ok") << r.dump();
@@ -341,15 +350,19 @@ TEST_F(Sessions, PooledSessionsAreApartFromEachOther) {
   ASSERT_FALSE(b.empty());
   json r = Exec(a, "secret = 'a'\nopen('a.txt', 'w').write('a')\nimport os\nos.getpid()");
   EXPECT_EQ(r.value("status", ""), "ok") << r.dump();
-  r = Exec(b, "import os\n'secret' in globals(), os.path.exists('a.txt'), sorted(os.listdir('/workspace'))",
-           std::nullopt, nullptr, shared_->other);
+  r = Exec(
+      b,
+      "import os\n'secret' in globals(), os.path.exists('a.txt'), sorted(os.listdir('/workspace'))",
+      std::nullopt, nullptr, shared_->other);
   EXPECT_EQ(r.value("status", ""), "ok") << r.dump();
   EXPECT_EQ(TextOf(r), "(False, False, [])");
   // Neither sees the other's processes: each is the only worker in its own
   // pid namespace (its pid 1 is hidden from it).
   for (const auto& [id, key] : {std::pair{a, std::string()}, std::pair{b, shared_->other}}) {
-    r = Exec(id, "import os\nset(int(p) for p in os.listdir('/proc') if p.isdigit()) <= {1, os.getpid()}",
-             std::nullopt, nullptr, key);
+    r = Exec(
+        id,
+        "import os\nset(int(p) for p in os.listdir('/proc') if p.isdigit()) <= {1, os.getpid()}",
+        std::nullopt, nullptr, key);
     EXPECT_EQ(TextOf(r), "True") << r.dump();
   }
   // Siblings are forks of one zygote: every generator seeded at import is
@@ -368,9 +381,12 @@ TEST_F(Sessions, PooledSessionsAreApartFromEachOther) {
   const json db = Exec(b, draw, std::nullopt, nullptr, shared_->other);
   ASSERT_EQ(da.value("status", ""), "ok") << da.dump();
   ASSERT_EQ(db.value("status", ""), "ok") << db.dump();
-  const json va = json::parse(std::regex_replace(da.value("stdout", ""), std::regex("'"), "\""), nullptr, false);
-  const json vb = json::parse(std::regex_replace(db.value("stdout", ""), std::regex("'"), "\""), nullptr, false);
-  ASSERT_TRUE(va.is_array() && vb.is_array() && va.size() == 3 && vb.size() == 3) << da.dump() << db.dump();
+  const json va = json::parse(std::regex_replace(da.value("stdout", ""), std::regex("'"), "\""),
+                              nullptr, false);
+  const json vb = json::parse(std::regex_replace(db.value("stdout", ""), std::regex("'"), "\""),
+                              nullptr, false);
+  ASSERT_TRUE(va.is_array() && vb.is_array() && va.size() == 3 && vb.size() == 3)
+      << da.dump() << db.dump();
   EXPECT_NE(va[0], vb[0]) << "random.random() is the same in two siblings";
   EXPECT_NE(va[1], vb[1]) << "multiprocessing's authkey is the same in two siblings";
   if (!va[2].is_null()) {
@@ -410,8 +426,9 @@ TEST_F(Sessions, EachCellReportsItsOwnPeakMemory) {
     std::sscanf(u.release, "%d.%d", &major, &minor);
     if (major < 6 || (major == 6 && minor < 12)) {
       Call("DELETE", "/v1/sessions/" + id);
-      GTEST_SKIP() << "cgroup v2 on kernel " << u.release
-                   << ": memory.peak cannot be reset before 6.12; a cell's peak is the session's so far";
+      GTEST_SKIP()
+          << "cgroup v2 on kernel " << u.release
+          << ": memory.peak cannot be reset before 6.12; a cell's peak is the session's so far";
     }
   }
   const uint64_t first = big.value("peak_memory_bytes", 0ULL);
@@ -420,7 +437,8 @@ TEST_F(Sessions, EachCellReportsItsOwnPeakMemory) {
   ASSERT_EQ(small.value("status", ""), "ok") << small.dump();
   const uint64_t second = small.value("peak_memory_bytes", 0ULL);
   EXPECT_GT(second, 0u) << small.dump();
-  EXPECT_LT(second + (100ULL << 20), first) << "the second cell's peak includes the first's: " << small.dump();
+  EXPECT_LT(second + (100ULL << 20), first)
+      << "the second cell's peak includes the first's: " << small.dump();
   EXPECT_EQ(Call("DELETE", "/v1/sessions/" + id).status, 204);
 }
 
@@ -542,8 +560,10 @@ TEST_F(Sessions, MaximumLifetimeEndsASession) {
 
 TEST_F(Sessions, ASecondConcurrentCellGets409) {
   const std::string id = NewSession();
-  auto running = std::async(std::launch::async, [&] { return Exec(id, "import time\ntime.sleep(2)\n'first'"); });
-  ASSERT_TRUE(WaitFor([&] { return Parse(Call("GET", "/v1/sessions/" + id)).value("state", "") == "busy"; }, 10s));
+  auto running = std::async(std::launch::async,
+                            [&] { return Exec(id, "import time\ntime.sleep(2)\n'first'"); });
+  ASSERT_TRUE(WaitFor(
+      [&] { return Parse(Call("GET", "/v1/sessions/" + id)).value("state", "") == "busy"; }, 10s));
   int status = 0;
   const json second = Exec(id, "'second'", std::nullopt, &status);
   EXPECT_EQ(status, 409) << second.dump();
@@ -594,17 +614,20 @@ TEST_F(Sessions, BadBodiesName400Fields) {
   r = Call("POST", "/v1/sessions/" + id + "/execute", R"({"code": "1", "timeout": 9999})");
   EXPECT_EQ(r.status, 400);
   EXPECT_EQ(field(r), "timeout");
-  EXPECT_EQ(srv().Call("POST", "/v1/sessions/" + id + "/execute", {}, R"({"code":"1"})").status, 401);
+  EXPECT_EQ(srv().Call("POST", "/v1/sessions/" + id + "/execute", {}, R"({"code":"1"})").status,
+            401);
   Call("DELETE", "/v1/sessions/" + id);
 }
 
 TEST_F(Sessions, StreamingDeliversOutputWhileTheCellRuns) {
   const std::string id = NewSession();
   int status = 0;
-  const auto events = Stream("/v1/sessions/" + id + "/execute",
-                             {{"code", "import time\nprint('first', flush=True)\ntime.sleep(2)\nprint('second')\n"
-                                       "display(3)\n1/0"}},
-                             &status);
+  const auto events =
+      Stream("/v1/sessions/" + id + "/execute",
+             {{"code",
+               "import time\nprint('first', flush=True)\ntime.sleep(2)\nprint('second')\n"
+               "display(3)\n1/0"}},
+             &status);
   ASSERT_EQ(status, 200);
   ASSERT_GE(events.size(), 4u);
   EXPECT_EQ(events.front().name, "stdout");
@@ -613,8 +636,8 @@ TEST_F(Sessions, StreamingDeliversOutputWhileTheCellRuns) {
   EXPECT_EQ(done.name, "done");
   // The first event reached us before the 2 s sleep ended (not with the
   // rest at the end), with a second to spare for a busy host.
-  EXPECT_LT(events.front().at_s + 1.0, done.at_s) << "first at " << events.front().at_s << " s, done at "
-                                                  << done.at_s << " s";
+  EXPECT_LT(events.front().at_s + 1.0, done.at_s)
+      << "first at " << events.front().at_s << " s, done at " << done.at_s << " s";
   std::vector<std::string> names;
   for (const auto& e : events) names.push_back(e.name);
   EXPECT_EQ(names, (std::vector<std::string>{"stdout", "stdout", "display", "error", "done"}));
@@ -626,8 +649,9 @@ TEST_F(Sessions, StreamingDeliversOutputWhileTheCellRuns) {
 
 TEST_F(Sessions, OneShotExecuteStreamsToo) {
   int status = 0;
-  const auto events =
-      Stream("/v1/execute", {{"code", "import time\nprint('a', flush=True)\ntime.sleep(2)\nprint('b')\n42"}}, &status);
+  const auto events = Stream(
+      "/v1/execute",
+      {{"code", "import time\nprint('a', flush=True)\ntime.sleep(2)\nprint('b')\n42"}}, &status);
   ASSERT_EQ(status, 200);
   ASSERT_GE(events.size(), 3u);
   EXPECT_EQ(events.front().name, "stdout");
@@ -647,18 +671,21 @@ TEST_F(Sessions, AClientThatDisconnectsInterruptsItsCell) {
     HttpRequest req;
     req.method = "POST";
     req.path = "/v1/sessions/" + id + "/execute";
-    req.headers = {{"Authorization", "Bearer " + shared_->key}, {"Content-Type", "application/json"}};
+    req.headers = {{"Authorization", "Bearer " + shared_->key},
+                   {"Content-Type", "application/json"}};
     req.body = json({{"code", "import time\ntime.sleep(60)"}}).dump();
     req.timeout = 1s;  // gives up and closes after 1 s
     (void)HttpCall("127.0.0.1", srv().port(), req);
   }
   // The cell stops soon and the session, idle again, keeps its state.
-  ASSERT_TRUE(WaitFor([&] { return Parse(Call("GET", "/v1/sessions/" + id)).value("state", "") == "idle"; }, 10s));
+  ASSERT_TRUE(WaitFor(
+      [&] { return Parse(Call("GET", "/v1/sessions/" + id)).value("state", "") == "idle"; }, 10s));
   EXPECT_EQ(TextOf(Exec(id, "w")), "1");
   const json audit = Audit(shared_->data_dir);
   bool found = false;
   for (const auto& row : audit) {
-    if (row["session_id"].is_string() && row["session_id"] == id && row["status"] == "interrupted") found = true;
+    if (row["session_id"].is_string() && row["session_id"] == id && row["status"] == "interrupted")
+      found = true;
   }
   EXPECT_TRUE(found) << audit.dump();
   Call("DELETE", "/v1/sessions/" + id);
@@ -674,10 +701,12 @@ TEST_F(Sessions, AFiveMegabyteBinaryFileRoundTrips) {
   EXPECT_EQ(Parse(put).value("size", 0), 5000000);
   const HttpResponse got = Call("GET", "/v1/sessions/" + id + "/files/data/blob.bin");
   ASSERT_EQ(got.status, 200);
-  EXPECT_TRUE(got.body == bytes) << "the file changed on the way (" << got.body.size() << " bytes back)";
+  EXPECT_TRUE(got.body == bytes) << "the file changed on the way (" << got.body.size()
+                                 << " bytes back)";
   // The sandbox sees it, and what it writes comes back.
-  const json r = Exec(id, "import hashlib\nd = open('data/blob.bin','rb').read()\n"
-                          "open('out.bin','wb').write(d[::-1])\nlen(d)");
+  const json r = Exec(id,
+                      "import hashlib\nd = open('data/blob.bin','rb').read()\n"
+                      "open('out.bin','wb').write(d[::-1])\nlen(d)");
   EXPECT_EQ(TextOf(r), "5000000");
   const HttpResponse out = Call("GET", "/v1/sessions/" + id + "/files/out.bin");
   EXPECT_TRUE(out.body == std::string(bytes.rbegin(), bytes.rend()));
@@ -690,7 +719,8 @@ TEST_F(Sessions, AFiveMegabyteBinaryFileRoundTrips) {
   EXPECT_EQ(Call("DELETE", "/v1/sessions/" + id + "/files/out.bin").status, 204);
   EXPECT_EQ(Call("GET", "/v1/sessions/" + id + "/files/out.bin").status, 404);
   // Over the per-file cap (8m here): 413.
-  EXPECT_EQ(Call("PUT", "/v1/sessions/" + id + "/files/big.bin", std::string(9 << 20, 'x')).status, 413);
+  EXPECT_EQ(Call("PUT", "/v1/sessions/" + id + "/files/big.bin", std::string(9 << 20, 'x')).status,
+            413);
   Call("DELETE", "/v1/sessions/" + id);
 }
 
@@ -716,23 +746,26 @@ TEST_F(Sessions, TheWorkspaceCapIs413AndLosesNothing) {
 TEST_F(Sessions, TraversalAndBadNamesAre400) {
   const std::string id = NewSession();
   const std::string base = "/v1/sessions/" + id + "/files/";
-  const std::vector<std::string> bads = {"../etc/passwd", "a/../../x", "%2e%2e/x", "..%2Fx", "/etc/passwd",
-                                         "a%00b", "a//b", std::string(300, 'n'), "%zz"};
+  const std::vector<std::string> bads = {"../etc/passwd", "a/../../x",           "%2e%2e/x",
+                                         "..%2Fx",        "/etc/passwd",         "a%00b",
+                                         "a//b",          std::string(300, 'n'), "%zz"};
   for (const std::string& bad : bads) {
     const HttpResponse r = Call("PUT", base + bad, "x");
     EXPECT_EQ(r.status, 400) << bad << ": " << r.Describe();
     EXPECT_EQ(Call("GET", base + bad).status, 400) << bad;
   }
   // Nothing was written anywhere.
-  EXPECT_EQ(Parse(Call("GET", "/v1/sessions/" + id + "/files")).value("files", json::array()).size(), 0u);
+  EXPECT_EQ(
+      Parse(Call("GET", "/v1/sessions/" + id + "/files")).value("files", json::array()).size(), 0u);
   Call("DELETE", "/v1/sessions/" + id);
 }
 
 TEST_F(Sessions, SymlinksTheSandboxMadeAreNeverFollowed) {
   const std::string id = NewSession();
-  const json r = Exec(id,
-                      "import os\nos.symlink('/etc/passwd', 'passwd')\nos.symlink('/', 'root')\n"
-                      "os.symlink('/proc/self/root', 'proc')\nos.mkdir('d')\nos.symlink('..', 'd/up')\n'ok'");
+  const json r =
+      Exec(id,
+           "import os\nos.symlink('/etc/passwd', 'passwd')\nos.symlink('/', 'root')\n"
+           "os.symlink('/proc/self/root', 'proc')\nos.mkdir('d')\nos.symlink('..', 'd/up')\n'ok'");
   ASSERT_EQ(TextOf(r), "'ok'") << r.dump();
   const std::string base = "/v1/sessions/" + id + "/files/";
   for (const char* p : {"passwd", "root/etc/passwd", "proc/etc/hostname", "d/up/passwd"}) {
@@ -764,7 +797,8 @@ TEST_F(Sessions, CellsAreAuditedWithTheSessionId) {
   Exec(id, "2");
   ProcessOptions o;
   o.timeout = 20s;
-  const ProcessResult p = RunKiln({"audit", "--data-dir", shared_->data_dir, "--json", "--session", id}, o);
+  const ProcessResult p =
+      RunKiln({"audit", "--data-dir", shared_->data_dir, "--json", "--session", id}, o);
   ASSERT_EQ(p.exit_code, 0) << p.err;
   const json rows = json::parse(p.out, nullptr, false);
   ASSERT_TRUE(rows.is_array()) << p.out;
@@ -774,8 +808,10 @@ TEST_F(Sessions, CellsAreAuditedWithTheSessionId) {
 }
 
 TEST_F(Sessions, OneShotExecutionsNeverShareASandbox) {
-  const json a = Parse(srv().Execute(shared_->key, {{"code", "open('mark', 'w').write('1')\nimport os\nos.getpid()"}}));
-  const json b = Parse(srv().Execute(shared_->key, {{"code", "import os\nos.path.exists('mark')"}}));
+  const json a = Parse(srv().Execute(
+      shared_->key, {{"code", "open('mark', 'w').write('1')\nimport os\nos.getpid()"}}));
+  const json b =
+      Parse(srv().Execute(shared_->key, {{"code", "import os\nos.path.exists('mark')"}}));
   EXPECT_EQ(a.value("status", ""), "ok") << a.dump();
   EXPECT_EQ(TextOf(b), "False") << b.dump();
   EXPECT_FALSE(b.contains("session_state"));
@@ -784,14 +820,14 @@ TEST_F(Sessions, OneShotExecutionsNeverShareASandbox) {
 // The answer comes when the runtime reports its exit (docs/protocol.md,
 // `exiting`): still after the program's own exit work.
 TEST_F(Sessions, OneShotResultsIncludeTheProgramsExitWork) {
-  const json r = Parse(srv().Execute(
-      shared_->key,
-      {{"code", "import atexit, sys, threading, time\n"
-                "atexit.register(lambda: print('atexit ran'))\n"
-                "def late():\n    time.sleep(0.3)\n    print('thread done')\n"
-                "    print('to stderr', file=sys.stderr)\n"
-                "threading.Thread(target=late).start()\n"
-                "sys.exit(4)\n"}}));
+  const json r = Parse(
+      srv().Execute(shared_->key, {{"code",
+                                    "import atexit, sys, threading, time\n"
+                                    "atexit.register(lambda: print('atexit ran'))\n"
+                                    "def late():\n    time.sleep(0.3)\n    print('thread done')\n"
+                                    "    print('to stderr', file=sys.stderr)\n"
+                                    "threading.Thread(target=late).start()\n"
+                                    "sys.exit(4)\n"}}));
   EXPECT_EQ(r.value("status", ""), "error") << r.dump();
   EXPECT_EQ(r.value("exit_code", 0), 4) << r.dump();
   EXPECT_EQ(r.value("stdout", ""), "thread done\natexit ran\n") << r.dump();
@@ -804,7 +840,8 @@ TEST_F(Sessions, FiftyLiveSessionsStayWithinTheirMemoryLimits) {
   // 50 interpreters holding 48 MiB each: about 4 GiB in all.
   const auto available = HostMemAvailable();
   if (available && *available < (6ULL << 30)) {
-    GTEST_SKIP() << "the host has " << (*available >> 20) << " MiB available; this test needs about 6 GiB";
+    GTEST_SKIP() << "the host has " << (*available >> 20)
+                 << " MiB available; this test needs about 6 GiB";
   }
   std::vector<std::string> ids;
   for (int i = 0; i < 50; ++i) {
@@ -814,7 +851,9 @@ TEST_F(Sessions, FiftyLiveSessionsStayWithinTheirMemoryLimits) {
   }
   // Each holds 48 MiB of touched memory: fine under 96 MiB.
   for (const auto& id : ids) {
-    const json r = Exec(id, "blob = bytearray(48 * 1024 * 1024)\nfor i in range(0, len(blob), 4096): blob[i] = 1\n'held'");
+    const json r = Exec(id,
+                        "blob = bytearray(48 * 1024 * 1024)\nfor i in range(0, len(blob), 4096): "
+                        "blob[i] = 1\n'held'");
     EXPECT_EQ(TextOf(r), "'held'") << r.dump();
     EXPECT_LE(r.value("peak_memory_bytes", uint64_t{0}), 96ULL << 20) << r.dump();
   }
@@ -829,7 +868,8 @@ TEST_F(Sessions, FiftyLiveSessionsStayWithinTheirMemoryLimits) {
   EXPECT_EQ(over.value("status", ""), "memory_limit") << over.dump();
   EXPECT_EQ(over.value("session_state", ""), "lost");
   for (size_t i = 1; i < ids.size(); ++i) {
-    EXPECT_EQ(TextOf(Exec(ids[i], "len(blob)")), std::to_string(48 * 1024 * 1024)) << "session " << i;
+    EXPECT_EQ(TextOf(Exec(ids[i], "len(blob)")), std::to_string(48 * 1024 * 1024))
+        << "session " << i;
   }
   for (const auto& id : ids) Call("DELETE", "/v1/sessions/" + id);
 }
@@ -868,7 +908,8 @@ timeout = 120
   std::string why;
   ASSERT_TRUE(server.Start(dir.path() + "/data", config, "stall", &why)) << why;
   const std::string key = Trim(server.Stdout());
-  auto call = [&](const std::string& method, const std::string& path, const std::string& body = "") {
+  auto call = [&](const std::string& method, const std::string& path,
+                  const std::string& body = "") {
     return server.Call(method, path, {{"Authorization", "Bearer " + key}}, body);
   };
   const HttpResponse created = call("POST", "/v1/sessions", "{}");
@@ -886,17 +927,22 @@ timeout = 120
   const int small = 4096;
   ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
   const std::string payload =
-      json({{"code", "import time\nfor i in range(200000):\n    print('x' * 1000)\ntime.sleep(60)"}}).dump();
-  const std::string req = "POST /v1/sessions/" + id + "/execute HTTP/1.1\r\nHost: 127.0.0.1\r\n" +
-                          "Authorization: Bearer " + key + "\r\nAccept: text/event-stream\r\n" +
-                          "Content-Type: application/json\r\nContent-Length: " + std::to_string(payload.size()) +
-                          "\r\n\r\n" + payload;
+      json(
+          {{"code", "import time\nfor i in range(200000):\n    print('x' * 1000)\ntime.sleep(60)"}})
+          .dump();
+  const std::string req =
+      "POST /v1/sessions/" + id + "/execute HTTP/1.1\r\nHost: 127.0.0.1\r\n" +
+      "Authorization: Bearer " + key + "\r\nAccept: text/event-stream\r\n" +
+      "Content-Type: application/json\r\nContent-Length: " + std::to_string(payload.size()) +
+      "\r\n\r\n" + payload;
   ASSERT_EQ(::write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
   // The cell runs, then is interrupted once the stream is dropped; the
   // session is idle again well before the cell's own 60 s.
-  ASSERT_TRUE(WaitFor([&] { return Parse(call("GET", "/v1/sessions/" + id)).value("state", "") == "busy"; }, 10s));
+  ASSERT_TRUE(WaitFor(
+      [&] { return Parse(call("GET", "/v1/sessions/" + id)).value("state", "") == "busy"; }, 10s));
   const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_TRUE(WaitFor([&] { return Parse(call("GET", "/v1/sessions/" + id)).value("state", "") == "idle"; }, 30s))
+  EXPECT_TRUE(WaitFor(
+      [&] { return Parse(call("GET", "/v1/sessions/" + id)).value("state", "") == "idle"; }, 30s))
       << "the stalled stream kept its cell running";
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s);
   ::close(fd);
@@ -904,7 +950,8 @@ timeout = 120
   EXPECT_EQ(after.value("session_state", ""), "kept") << after.dump();
   const json audit = Audit(dir.path() + "/data");
   bool interrupted = false;
-  for (const auto& row : audit) interrupted = interrupted || row.value("status", "") == "interrupted";
+  for (const auto& row : audit)
+    interrupted = interrupted || row.value("status", "") == "interrupted";
   EXPECT_TRUE(interrupted) << audit.dump();
   EXPECT_TRUE(server.Terminate(20s).in_time);
 }

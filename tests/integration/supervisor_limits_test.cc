@@ -4,17 +4,16 @@
 // its answer to 80 MB). The record of skipped files is capped, and every
 // server supervisor runs under a soft RLIMIT_DATA of its own, which the
 // sandbox it clones does not inherit.
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "testlib/http_client.h"
 #include "testlib/kiln_runner.h"
@@ -68,7 +67,8 @@ memory = "256m"
 [profiles.default.max]
 memory = "3g"
 )TOML");
-    ASSERT_TRUE(server_.Start(dir_.path() + "/data", dir_.path() + "/kiln.toml", "limits", &why_)) << why_;
+    ASSERT_TRUE(server_.Start(dir_.path() + "/data", dir_.path() + "/kiln.toml", "limits", &why_))
+        << why_;
     key_ = Trim(server_.Stdout());
   }
   HttpResponse Post(const std::string& path, const json& body) {
@@ -81,11 +81,12 @@ memory = "3g"
 };
 
 TEST_F(SupervisorLimits, TwentyThousandSymlinksLeaveABoundedRecord) {
-  const HttpResponse r = Post("/v1/execute", {{"code",
-                                               "import os\n"
-                                               "for i in range(20000): os.symlink('/etc/passwd', f'l{i:05}')\n"
-                                               "open('kept.txt', 'w').write('kept')\n"},
-                                              {"return_files", true}});
+  const HttpResponse r =
+      Post("/v1/execute", {{"code",
+                            "import os\n"
+                            "for i in range(20000): os.symlink('/etc/passwd', f'l{i:05}')\n"
+                            "open('kept.txt', 'w').write('kept')\n"},
+                           {"return_files", true}});
   ASSERT_EQ(r.status, 200) << r.Describe();
   const json j = Parse(r);
   EXPECT_EQ(j.value("status", ""), "ok") << r.Describe();
@@ -109,7 +110,8 @@ TEST_F(SupervisorLimits, SupervisorsHaveADataLimitTheirSandboxesDoNot) {
   ASSERT_EQ(spawners.size(), 1u);
   const auto supervisors = ChildrenNamed(spawners[0], "kiln-supervise");
   ASSERT_FALSE(supervisors.empty());
-  const std::string line = DataLimitLine(ReadFile("/proc/" + std::to_string(supervisors[0]) + "/limits").value_or(""));
+  const std::string line =
+      DataLimitLine(ReadFile("/proc/" + std::to_string(supervisors[0]) + "/limits").value_or(""));
   ASSERT_FALSE(line.empty());
   std::istringstream fields(line.substr(std::string("Max data size").size()));
   std::string soft, hard;
@@ -117,12 +119,13 @@ TEST_F(SupervisorLimits, SupervisorsHaveADataLimitTheirSandboxesDoNot) {
   EXPECT_EQ(soft, std::to_string(1ULL << 30)) << line;
   // The sandbox it cloned: no data limit of its own (the cgroup limits its
   // memory), and it can use more than the supervisor's 1 GiB.
-  const HttpResponse cell = Post("/v1/sessions/" + id + "/execute",
-                                 {{"code",
-                                   "print([l for l in open('/proc/self/limits') if l.startswith('Max data size')][0])\n"
-                                   "b = bytearray(1536 << 20)\n"
-                                   "for i in range(0, len(b), 4096): b[i] = 1\n"
-                                   "print(len(b) >> 20)\n"}});
+  const HttpResponse cell =
+      Post("/v1/sessions/" + id + "/execute",
+           {{"code",
+             "print([l for l in open('/proc/self/limits') if l.startswith('Max data size')][0])\n"
+             "b = bytearray(1536 << 20)\n"
+             "for i in range(0, len(b), 4096): b[i] = 1\n"
+             "print(len(b) >> 20)\n"}});
   ASSERT_EQ(cell.status, 200) << cell.Describe();
   const json j = Parse(cell);
   EXPECT_EQ(j.value("status", ""), "ok") << cell.Describe();

@@ -7,14 +7,13 @@
 // threaded `while True: pass` met whichever fired first: RLIMIT_CPU's SIGXCPU
 // (exit 152 on POST /execute, 200 instead of 408) or the cgroup's cpu poll
 // (`cpu_limit` at 1.96 s from `kiln run --timeout 2`).
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "testlib/http_client.h"
 #include "testlib/kiln_runner.h"
@@ -104,7 +103,8 @@ cpu_time = 1
 memory = "256m"
 )TOML");
     server_ = new KilnServer;
-    if (!server_->Start(dir_->path() + "/data", dir_->path() + "/kiln.toml", "timeout", &error_)) return;
+    if (!server_->Start(dir_->path() + "/data", dir_->path() + "/kiln.toml", "timeout", &error_))
+      return;
     key_ = Trim(server_->Stdout());
   }
   static void TearDownTestSuite() {
@@ -152,12 +152,14 @@ std::string ServeTimeout::error_;
 
 TEST_F(ServeTimeout, V1BusyLoopIsATimeoutColdAndPooled) {
   // Cold: other limits than the profile's defaults are never pooled.
-  const HttpResponse cold = server_->Execute(key_, {{"code", kBusy}, {"timeout", 2}, {"memory", "128m"}});
+  const HttpResponse cold =
+      server_->Execute(key_, {{"code", kBusy}, {"timeout", 2}, {"memory", "128m"}});
   ASSERT_EQ(cold.status, 200) << cold.Describe();
   EXPECT_FALSE(Pooled(Parse(cold))) << cold.Describe();
   EXPECT_EQ(Parse(cold).value("status", ""), "timeout") << cold.Describe();
 
-  if (!PoolWorks()) GTEST_SKIP() << "no pooled sandbox on this host (the pool needs root and cgroups)";
+  if (!PoolWorks())
+    GTEST_SKIP() << "no pooled sandbox on this host (the pool needs root and cgroups)";
   // A pooled one: retried until a request finds a ready sandbox.
   bool pooled = false;
   for (int i = 0; i < 10 && !pooled; ++i) {
@@ -186,13 +188,14 @@ TEST_F(ServeTimeout, ReferenceBusyLoopIs408) {
 }
 
 TEST_F(ServeTimeout, SessionCellBusyLoopIsATimeoutAndTheStateIsKept) {
-  const HttpResponse created = server_->Call("POST", "/v1/sessions", {{"Authorization", "Bearer " + key_}}, "{}");
+  const HttpResponse created =
+      server_->Call("POST", "/v1/sessions", {{"Authorization", "Bearer " + key_}}, "{}");
   ASSERT_EQ(created.status, 201) << created.Describe();
   const std::string id = Parse(created).value("id", "");
   EXPECT_TRUE(Parse(created)["limits"]["cpu_time_s"].is_null()) << created.Describe();
   auto exec = [&](const json& body) {
-    return server_->Call("POST", "/v1/sessions/" + id + "/execute", {{"Authorization", "Bearer " + key_}},
-                         body.dump(), 60s);
+    return server_->Call("POST", "/v1/sessions/" + id + "/execute",
+                         {{"Authorization", "Bearer " + key_}}, body.dump(), 60s);
   };
   ASSERT_EQ(exec({{"code", "x = 41"}}).status, 200);
   const HttpResponse busy = exec({{"code", kBusy}, {"timeout", 2}});

@@ -43,8 +43,8 @@ Ia32Fact ProbeIa32() {
   const std::string on = "before\nafter " + std::to_string(r.pid) + "\n";
   if (r.exit_code == 0 && r.out == on) {
     f.state = Ia32Emulation::kOn;
-    f.detail = "IA32 emulation on: int 0x80 ran the i386 getpid in a bare " + std::string(kHostPython) +
-               " (it returned the pid, " + std::to_string(r.pid) + ")";
+    f.detail = "IA32 emulation on: int 0x80 ran the i386 getpid in a bare " +
+               std::string(kHostPython) + " (it returned the pid, " + std::to_string(r.pid) + ")";
   } else if (r.term_signal == SIGSEGV && r.out == "before\n") {
     f.state = Ia32Emulation::kOff;
     f.detail = "IA32 emulation off: int 0x80 faults before any system call";
@@ -178,8 +178,8 @@ HostFact ProbeCgroupControllers() {
     bool all = true;
     for (const char* c : kNeeded) all = all && Has(trimmed, c);
     if (!all) {
-      why += "cgroup v2 at " + dir + " offers '" + (listed ? Escaped(*listed, 80) : "<unreadable>") +
-             "', not memory, pids and cpu; ";
+      why += "cgroup v2 at " + dir + " offers '" +
+             (listed ? Escaped(*listed, 80) : "<unreadable>") + "', not memory, pids and cpu; ";
       continue;
     }
     if (::access(dir.c_str(), W_OK) != 0) {
@@ -294,8 +294,8 @@ std::optional<std::string> PythonModulesMissingReason(const std::vector<std::str
     names += (names.empty() ? "" : ", ") + m;
     packages += (packages.empty() ? "" : " ") + DebianPackageOf(m);
   }
-  return std::string(kHostPython) + " cannot import " + names + " on this host (Debian: " + packages +
-         ", which `make deps` installs)";
+  return std::string(kHostPython) + " cannot import " + names +
+         " on this host (Debian: " + packages + ", which `make deps` installs)";
 }
 
 }  // namespace kiln::testing

@@ -71,8 +71,8 @@ std::optional<std::string> PythonModulesMissingReason(const std::vector<std::str
 
 // GTEST_SKIP()s the current test (from its body) when kHostPython lacks one
 // of the modules.
-#define KILN_REQUIRE_PYTHON_MODULES(...)                                                  \
-  do {                                                                                  \
+#define KILN_REQUIRE_PYTHON_MODULES(...)                                                 \
+  do {                                                                                   \
     if (auto kiln_missing_ = ::kiln::testing::PythonModulesMissingReason({__VA_ARGS__})) \
-      GTEST_SKIP() << *kiln_missing_;                                                   \
+      GTEST_SKIP() << *kiln_missing_;                                                    \
   } while (0)

@@ -53,7 +53,8 @@ int ConnectTo(const std::string& host, uint16_t port, std::string* error) {
 
 // Milliseconds left until `deadline`, at least 0.
 int Left(Clock::time_point deadline) {
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   return ms > 0 ? static_cast<int>(ms) : 0;
 }
 
@@ -73,7 +74,8 @@ bool Parse(const std::string& raw, bool eof, HttpResponse* r) {
     return true;
   }
   const size_t sp2 = line.find(' ', sp1 + 1);
-  r->status = std::atoi(line.substr(sp1 + 1, sp2 == std::string::npos ? std::string::npos : sp2 - sp1 - 1).c_str());
+  r->status = std::atoi(
+      line.substr(sp1 + 1, sp2 == std::string::npos ? std::string::npos : sp2 - sp1 - 1).c_str());
   r->reason = sp2 == std::string::npos ? "" : line.substr(sp2 + 1);
   r->headers.clear();
   while (std::getline(head, line)) {
@@ -86,14 +88,17 @@ bool Parse(const std::string& raw, bool eof, HttpResponse* r) {
   if (auto cl = r->Header("Content-Length")) {
     const size_t n = std::strtoull(cl->c_str(), nullptr, 10);
     if (rest.size() < n) {
-      if (eof) r->error = "connection closed after " + std::to_string(rest.size()) + " of " + *cl + " body bytes";
+      if (eof)
+        r->error =
+            "connection closed after " + std::to_string(rest.size()) + " of " + *cl + " body bytes";
       r->body = rest;
       return eof;
     }
     r->body = rest.substr(0, n);
     return true;
   }
-  if (auto te = r->Header("Transfer-Encoding"); te && Lower(*te).find("chunked") != std::string::npos) {
+  if (auto te = r->Header("Transfer-Encoding");
+      te && Lower(*te).find("chunked") != std::string::npos) {
     // Decode when complete; otherwise wait for more.
     std::string body;
     size_t pos = 0;
@@ -163,7 +168,8 @@ HttpResponse HttpCall(const std::string& host, uint16_t port, const HttpRequest&
       r.error = "timed out after " + std::to_string(request.timeout.count()) + " ms";
       break;
     }
-    pollfd pfd{fd, static_cast<short>(POLLIN | (sent < wire.size() && !send_failed ? POLLOUT : 0)), 0};
+    pollfd pfd{fd, static_cast<short>(POLLIN | (sent < wire.size() && !send_failed ? POLLOUT : 0)),
+               0};
     const int rc = ::poll(&pfd, 1, wait);
     if (rc < 0) {
       if (errno == EINTR) continue;
@@ -172,7 +178,8 @@ HttpResponse HttpCall(const std::string& host, uint16_t port, const HttpRequest&
     }
     if (rc == 0) continue;
     if ((pfd.revents & POLLOUT) && sent < wire.size()) {
-      const ssize_t n = ::send(fd, wire.data() + sent, wire.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      const ssize_t n =
+          ::send(fd, wire.data() + sent, wire.size() - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n > 0) {
         sent += static_cast<size_t>(n);
       } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
@@ -201,7 +208,8 @@ HttpResponse HttpCall(const std::string& host, uint16_t port, const HttpRequest&
   const std::string why = r.error;
   if (raw.empty() || !Parse(raw, true, &r) || r.status == 0) {
     r.status = 0;
-    r.error = why.empty() ? (raw.empty() ? "no response (connection closed)" : "incomplete response: " + raw.substr(0, 200))
+    r.error = why.empty() ? (raw.empty() ? "no response (connection closed)"
+                                         : "incomplete response: " + raw.substr(0, 200))
                           : why;
     return r;
   }

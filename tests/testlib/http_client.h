@@ -14,11 +14,11 @@
 namespace kiln::testing {
 
 struct HttpResponse {
-  int status = 0;          // 0 when no response came (see `error`)
-  std::string reason;      // "OK", ...
+  int status = 0;      // 0 when no response came (see `error`)
+  std::string reason;  // "OK", ...
   std::vector<std::pair<std::string, std::string>> headers;  // in order, names as sent
   std::string body;
-  std::string error;       // connect/send/receive/parse failure; empty on success
+  std::string error;  // connect/send/receive/parse failure; empty on success
   // The first header named `name` (case-insensitive), if any.
   std::optional<std::string> Header(const std::string& name) const;
   // "HTTP 200 ... <body>" for assertion messages (the body cut at 2000 chars).
@@ -29,7 +29,7 @@ struct HttpRequest {
   std::string method = "GET";
   std::string path = "/";
   std::vector<std::pair<std::string, std::string>> headers;  // Host, Content-Length and
-                                                               // Connection are added
+                                                             // Connection are added
   std::string body;
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};  // for the whole exchange
 };

@@ -237,9 +237,9 @@ std::string WithPrelude(const std::string& code) { return ReadProbe("prelude.py"
 std::string JsonRun::Describe() const {
   std::string dump = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (dump.size() > 6000) dump = dump.substr(0, 6000) + "...";
-  return "kiln exit " + std::to_string(raw.exit_code) + " signal " + std::to_string(raw.term_signal) +
-         (raw.timed_out ? " (timed out)" : "") + "\njson: " + dump + "\nkiln stderr: " +
-         raw.err.substr(0, 3000);
+  return "kiln exit " + std::to_string(raw.exit_code) + " signal " +
+         std::to_string(raw.term_signal) + (raw.timed_out ? " (timed out)" : "") +
+         "\njson: " + dump + "\nkiln stderr: " + raw.err.substr(0, 3000);
 }
 
 JsonRun RunPython(const std::string& code, const std::vector<std::string>& extra_args,
@@ -252,7 +252,8 @@ JsonRun RunPython(const std::string& code, const std::vector<std::string>& extra
   run.raw = RunKiln(args, options);
   run.j = nlohmann::json::parse(run.raw.out, nullptr, /*allow_exceptions=*/false);
   if (run.j.is_discarded() || !run.j.is_object()) {
-    run.j = nlohmann::json{{"status", "<unparsable>"}, {"kiln_stdout", run.raw.out.substr(0, 2000)}};
+    run.j =
+        nlohmann::json{{"status", "<unparsable>"}, {"kiln_stdout", run.raw.out.substr(0, 2000)}};
   }
   return run;
 }
@@ -266,7 +267,7 @@ namespace {
 
 struct DoctorVerdict {
   bool broken = false;
-  std::string problem;  // when broken
+  std::string problem;                   // when broken
   std::optional<std::string> missing;    // the sandbox cannot run here at all
   std::optional<std::string> no_cgroup;  // it runs, without cgroup limits
 };
@@ -295,7 +296,9 @@ DoctorVerdict AskDoctor() {
   }
   const nlohmann::json& layers = j["layers"];
   std::string missing;
-  auto add_missing = [&](const std::string& why) { missing += (missing.empty() ? "" : "; ") + why; };
+  auto add_missing = [&](const std::string& why) {
+    missing += (missing.empty() ? "" : "; ") + why;
+  };
   auto contradicts = [&](const std::string& what, const std::string& host) {
     v.broken = true;
     v.problem += (v.problem.empty() ? "" : "\n") + std::string("kiln doctor: ") + what +
@@ -312,7 +315,8 @@ DoctorVerdict AskDoctor() {
 
   const nlohmann::json& userns = *Layer(layers, "user namespace");
   if (userns.value("state", "") == "missing") {
-    const std::string what = "user namespaces are missing (" + userns.value("detail", std::string()) + ")";
+    const std::string what =
+        "user namespaces are missing (" + userns.value("detail", std::string()) + ")";
     if (HostUserNamespaces().present) {
       contradicts(what, HostUserNamespaces().detail);
     } else {
@@ -322,7 +326,8 @@ DoctorVerdict AskDoctor() {
   // kiln's default policy requires Landlock: without it every run is refused.
   const nlohmann::json& landlock = *Layer(layers, "landlock");
   if (landlock.value("state", "") == "missing") {
-    const std::string what = "Landlock is missing (" + landlock.value("detail", std::string()) + ")";
+    const std::string what =
+        "Landlock is missing (" + landlock.value("detail", std::string()) + ")";
     if (HostLandlock().abi > 0) {
       contradicts(what, HostLandlock().detail);
     } else {
@@ -339,10 +344,12 @@ DoctorVerdict AskDoctor() {
     if (HostIsRoot() && HostCgroupControllers().present) {
       contradicts(what, HostCgroupControllers().detail);
     } else {
-      v.no_cgroup = "kiln doctor: " + what + (HostIsRoot() ? "; the host probe agrees: " : "; host probe: ") +
+      v.no_cgroup = "kiln doctor: " + what +
+                    (HostIsRoot() ? "; the host probe agrees: " : "; host probe: ") +
                     HostCgroupControllers().detail;
       if (cgroup.value("state", "") == "missing" && cgroup.value("required", false)) {
-        add_missing("kiln runs as root here, where cgroup limits are required, and " + *v.no_cgroup);
+        add_missing("kiln runs as root here, where cgroup limits are required, and " +
+                    *v.no_cgroup);
       }
     }
   }
@@ -371,7 +378,9 @@ void RequireSandbox() {
   // each sandbox its own host uid and cgroup, so it needs both.
   const char* run_args = std::getenv("KILN_TEST_RUN_ARGS");
   if (run_args != nullptr && std::string(run_args).find("--pool") != std::string::npos) {
-    if (!HostIsRoot()) GTEST_SKIP() << "the pool path (--pool) needs root: each pooled sandbox gets its own host uid";
+    if (!HostIsRoot())
+      GTEST_SKIP()
+          << "the pool path (--pool) needs root: each pooled sandbox gets its own host uid";
     if (v.no_cgroup) GTEST_SKIP() << "the pool path (--pool) needs cgroups: " << *v.no_cgroup;
   }
 }
@@ -385,7 +394,9 @@ std::optional<std::string> CgroupLimitsMissingReason() {
 void RequireCgroupLimits() {
   const DoctorVerdict& v = CachedDoctor();
   if (v.broken) GTEST_FAIL() << v.problem;
-  if (v.no_cgroup) GTEST_SKIP() << "this test reads what only cgroups give (OOM kills, pids, usage): " << *v.no_cgroup;
+  if (v.no_cgroup)
+    GTEST_SKIP() << "this test reads what only cgroups give (OOM kills, pids, usage): "
+                 << *v.no_cgroup;
 }
 
 std::string UniqueMarker(const std::string& prefix) {
@@ -433,7 +444,8 @@ std::vector<std::string> Lines(const std::string& text) {
 
 std::string ReplaceAll(std::string text, const std::string& from, const std::string& to) {
   if (from.empty()) return text;
-  for (size_t pos = text.find(from); pos != std::string::npos; pos = text.find(from, pos + to.size())) {
+  for (size_t pos = text.find(from); pos != std::string::npos;
+       pos = text.find(from, pos + to.size())) {
     text.replace(pos, from.size(), to);
   }
   return text;

@@ -7,28 +7,27 @@
 // hanging ctest.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/types.h>
 
 #include <chrono>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 namespace kiln::testing {
 
 // How a subprocess ended, and what it printed.
 struct ProcessResult {
-  int exit_code = -1;    // when it exited; -1 otherwise
-  int term_signal = 0;   // when a signal killed it
+  int exit_code = -1;      // when it exited; -1 otherwise
+  int term_signal = 0;     // when a signal killed it
   bool timed_out = false;  // we killed it at ProcessOptions::timeout
   std::string out;
   std::string err;
   double elapsed_ms = 0;
-  pid_t pid = -1;        // the subprocess's pid (already reaped)
+  pid_t pid = -1;  // the subprocess's pid (already reaped)
 };
 
 struct ProcessOptions {
@@ -114,11 +113,10 @@ std::optional<std::string> SandboxMissingReason();
 // then skips the body), or use KILN_REQUIRE_SANDBOX() at the top of a test
 // body.
 void RequireSandbox();
-#define KILN_REQUIRE_SANDBOX()                         \
-  do {                                                 \
-    ::kiln::testing::RequireSandbox();                 \
-    if (::testing::Test::IsSkipped() ||                \
-        ::testing::Test::HasFatalFailure()) return;    \
+#define KILN_REQUIRE_SANDBOX()                                                      \
+  do {                                                                              \
+    ::kiln::testing::RequireSandbox();                                              \
+    if (::testing::Test::IsSkipped() || ::testing::Test::HasFatalFailure()) return; \
   } while (0)
 
 // Why kiln has no cgroup limits here (it runs with its rlimit fallback, as
@@ -129,11 +127,10 @@ std::optional<std::string> CgroupLimitsMissingReason();
 // status memory_limit, the pids controller, cgroup directories) when
 // CgroupLimitsMissingReason() says so.
 void RequireCgroupLimits();
-#define KILN_REQUIRE_CGROUP_LIMITS()                   \
-  do {                                                 \
-    ::kiln::testing::RequireCgroupLimits();            \
-    if (::testing::Test::IsSkipped() ||                \
-        ::testing::Test::HasFatalFailure()) return;    \
+#define KILN_REQUIRE_CGROUP_LIMITS()                                                \
+  do {                                                                              \
+    ::kiln::testing::RequireCgroupLimits();                                         \
+    if (::testing::Test::IsSkipped() || ::testing::Test::HasFatalFailure()) return; \
   } while (0)
 
 // Every escape/integration fixture: skips without a sandbox.

@@ -2,6 +2,7 @@
 // shared by the HTTP tests (server, sessions).
 #pragma once
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,14 +10,12 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "testlib/http_client.h"
 #include "testlib/kiln_runner.h"
@@ -29,7 +28,9 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-inline json Parse(const HttpResponse& r) { return json::parse(r.body, nullptr, /*allow_exceptions=*/false); }
+inline json Parse(const HttpResponse& r) {
+  return json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+}
 
 inline std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
@@ -37,7 +38,9 @@ inline std::string Trim(std::string s) {
 }
 
 // "kiln_<12 hex>_<secret>" -> the 12 hex chars.
-inline std::string KeyId(const std::string& key) { return key.size() > 17 ? key.substr(5, 12) : ""; }
+inline std::string KeyId(const std::string& key) {
+  return key.size() > 17 ? key.substr(5, 12) : "";
+}
 
 inline bool IsKey(const std::string& key) {
   return std::regex_match(key, std::regex("kiln_[0-9a-f]{12}_[A-Za-z0-9_-]+"));
@@ -46,7 +49,8 @@ inline bool IsKey(const std::string& key) {
 // Whether `pid` (our child) has exited, without reaping it.
 inline bool HasExited(pid_t pid) {
   siginfo_t si{};
-  return ::waitid(P_PID, static_cast<id_t>(pid), &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid;
+  return ::waitid(P_PID, static_cast<id_t>(pid), &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+         si.si_pid == pid;
 }
 
 // `kiln audit --data-dir DIR --json [--tenant T]`, parsed (an array; null on failure).
@@ -90,17 +94,22 @@ class KilnServer {
   // Starts `kiln serve --listen 127.0.0.1:0 --data-dir DATA --config CONFIG`,
   // reads the port from its stderr and waits for GET /healthz. stdout and
   // stderr go to files next to the config (`tag` names them).
-  bool Start(const std::string& data_dir, const std::string& config, const std::string& tag, std::string* why) {
+  bool Start(const std::string& data_dir, const std::string& config, const std::string& tag,
+             std::string* why) {
     const std::string base = fs::path(config).parent_path().string() + "/" + tag;
     out_path_ = base + ".stdout";
     err_path_ = base + ".stderr";
     proc_ = std::make_unique<Subprocess>();
     ProcessOptions o;
     o.timeout = 30min;  // never relied on: Terminate() bounds every stop
-    o.env = {{"KILN_TEST_SERVER_OUT", out_path_}, {"KILN_TEST_SERVER_ERR", err_path_}, {"KILN_LOG", "info"}};
-    if (!proc_->Start({"/bin/sh", "-c", "exec \"$0\" \"$@\" >\"$KILN_TEST_SERVER_OUT\" 2>\"$KILN_TEST_SERVER_ERR\"",
-                       KilnBin(), "serve", "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--config", config},
-                      o)) {
+    o.env = {{"KILN_TEST_SERVER_OUT", out_path_},
+             {"KILN_TEST_SERVER_ERR", err_path_},
+             {"KILN_LOG", "info"}};
+    if (!proc_->Start(
+            {"/bin/sh", "-c",
+             "exec \"$0\" \"$@\" >\"$KILN_TEST_SERVER_OUT\" 2>\"$KILN_TEST_SERVER_ERR\"", KilnBin(),
+             "serve", "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--config", config},
+            o)) {
       *why = "cannot start kiln serve";
       return false;
     }
@@ -146,13 +155,14 @@ class KilnServer {
   std::string Stderr() const { return ReadFile(err_path_).value_or(""); }
 
   HttpResponse Call(const std::string& method, const std::string& path,
-                    std::vector<std::pair<std::string, std::string>> headers = {}, const std::string& body = "",
-                    std::chrono::milliseconds timeout = 60s) const {
+                    std::vector<std::pair<std::string, std::string>> headers = {},
+                    const std::string& body = "", std::chrono::milliseconds timeout = 60s) const {
     HttpRequest r;
     r.method = method;
     r.path = path;
     r.headers = std::move(headers);
-    if (!body.empty() || method == "POST") r.headers.emplace_back("Content-Type", "application/json");
+    if (!body.empty() || method == "POST")
+      r.headers.emplace_back("Content-Type", "application/json");
     r.body = body;
     r.timeout = timeout;
     return HttpCall("127.0.0.1", port_, r);
@@ -161,7 +171,8 @@ class KilnServer {
     return Call("GET", path, {}, "", timeout);
   }
   // POST /v1/execute with a Bearer key.
-  HttpResponse Execute(const std::string& key, const json& body, std::chrono::milliseconds timeout = 60s) const {
+  HttpResponse Execute(const std::string& key, const json& body,
+                       std::chrono::milliseconds timeout = 60s) const {
     return Call("POST", "/v1/execute", {{"Authorization", "Bearer " + key}}, body.dump(), timeout);
   }
   std::string Metrics() const { return Get("/metrics").body; }
@@ -170,7 +181,7 @@ class KilnServer {
     bool in_time = false;  // exited by itself within the limit
     int code = -1;
     int signal = 0;
-    double seconds = 0;    // from the signal to the exit
+    double seconds = 0;  // from the signal to the exit
   };
 
   // SIGTERM to the server's pid, then wait up to `limit` for it to exit; past

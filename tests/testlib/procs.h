@@ -47,7 +47,8 @@ inline std::vector<ProcInfo> AllProcs() {
 inline std::vector<ProcInfo> ChildProcs(pid_t parent, const std::string& comm = "") {
   std::vector<ProcInfo> out;
   for (auto& p : AllProcs()) {
-    if (p.ppid == parent && p.state != 'Z' && (comm.empty() || p.comm == comm)) out.push_back(std::move(p));
+    if (p.ppid == parent && p.state != 'Z' && (comm.empty() || p.comm == comm))
+      out.push_back(std::move(p));
   }
   return out;
 }

@@ -722,7 +722,12 @@ Result<ExecRequest> DecodeRequest(const nlohmann::json& j) {
       r.env.emplace_back(k, v.get<std::string>());
     }
   }
-  r.stream = j.value("stream", false);
+  if (j.contains("stream")) {
+    // json::value() throws type_error on a member of another type (found by
+    // fuzz/job_request_fuzzer.cc: std::terminate in the supervisor).
+    if (!j["stream"].is_boolean()) return InvalidArgument("stream must be a boolean");
+    r.stream = j["stream"].get<bool>();
+  }
   if (j.contains("return_files") && j["return_files"].is_array()) {
     std::vector<std::string> globs;
     for (const auto& g : j["return_files"]) {

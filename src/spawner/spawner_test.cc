@@ -35,6 +35,13 @@ TEST(SpawnerProtocol, MalformedRequestsAreErrors) {
   auto j = EncodeRequest(ExecRequest{});
   j["files"] = nlohmann::json::array({{{"path", "a"}, {"content_base64", "!!"}}});
   EXPECT_FALSE(DecodeRequest(j).ok());
+  // A member of another type is an error, not a type_error thrown (found by
+  // fuzz/job_request_fuzzer.cc).
+  auto k = EncodeRequest(ExecRequest{});
+  k["stream"] = 1;
+  EXPECT_FALSE(DecodeRequest(k).ok());
+  k["stream"] = "yes";
+  EXPECT_FALSE(DecodeRequest(k).ok());
 }
 
 TEST(SpawnerProtocol, SessionRequestRoundTrips) {

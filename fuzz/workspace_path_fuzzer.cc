@@ -50,7 +50,9 @@ class Fixture final {
     std::filesystem::create_symlink("../outside", ws / "outdir");
     std::filesystem::create_symlink("..", ws / "dir" / "up");
     std::filesystem::create_symlink("../../outside/secret", ws / "dir" / "sub" / "deep");
-    std::filesystem::create_symlink("/proc/self/root/" + (out / "secret").string(), ws / "magic");
+    // A procfs magic link through our own root to the outside file.
+    const std::filesystem::path own_root = std::filesystem::path("/proc/self") / "root";
+    std::filesystem::create_symlink(own_root / out.relative_path() / "secret", ws / "magic");
     FUZZ_CHECK(::mkfifo((ws / "fifo").c_str(), 0600) == 0);
     fd_ = ::open(ws.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
     FUZZ_CHECK(fd_ >= 0);

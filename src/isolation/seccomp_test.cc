@@ -5,10 +5,12 @@
 // libseccomp, so the tests also cross-check libseccomp's tables.
 #include "isolation/seccomp.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/audit.h>
 #include <linux/personality.h>
 #include <linux/sched.h>
+#include <seccomp.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
@@ -19,6 +21,11 @@
 #include <csignal>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -297,8 +304,64 @@ TEST(SeccompFilter, AllowsEverydayCalls) {
     SCOPED_TRACE(nr);
     EXPECT_EQ(Eval(nr, {3, 0, 0, 0, 0, 0}), kAllow);
   }
-  // A syscall number past the table is left to the kernel (ENOSYS).
-  EXPECT_EQ(Eval(1000), kAllow);
+}
+
+// The allow-list's default (ADR 0003): ENOSYS, so that libc falls back.
+TEST(SeccompFilter, CallsOffTheAllowListGetEnosys) {
+  // Numbers past any table, and calls the old deny list let through.
+  for (int nr : {1000, 0x3fff}) EXPECT_EQ(Eval(nr), Errno(ENOSYS)) << nr;
+#if defined(__x86_64__)
+  const struct {
+    int nr;
+    const char* name;
+  } calls[] = {
+      {447, "memfd_secret"},
+      {237, "mbind"},
+      {238, "set_mempolicy"},
+      {239, "get_mempolicy"},
+      {279, "move_pages"},
+      {256, "migrate_pages"},
+      {450, "set_mempolicy_home_node"},
+      {335, "uretprobe"},
+      {451, "cachestat"},
+      {453, "map_shadow_stack"},
+      {457, "statmount"},
+      {458, "listmount"},
+      {459, "lsm_get_self_attr"},
+      {460, "lsm_set_self_attr"},
+      {461, "lsm_list_modules"},
+      {462, "mseal"},
+      {468, "file_getattr"},
+      {206, "io_setup"},
+      {209, "io_submit"},
+      {278, "vmsplice"},
+      {216, "remap_file_pages"},
+      {162, "sync"},
+      {205, "set_thread_area"},
+      {136, "ustat"},
+      {139, "sysfs"},
+      {301, "fanotify_mark"},
+  };
+  for (const auto& c : calls) {
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(Eval(c.nr), Errno(ENOSYS));
+    EXPECT_EQ(Eval(c.nr, {1, 2, 3, 4, 5, 6}), Errno(ENOSYS));
+  }
+#endif
+}
+
+// Every name on the allow-list is a system call of some architecture libseccomp
+// knows: a misspelt name would be skipped silently, as a call the native
+// architecture does not have.
+TEST(SeccompFilter, AllowListNamesAreSystemCalls) {
+  for (const std::string& name : SeccompAllowedCallNames()) {
+    bool known = false;
+    for (uint32_t arch : {uint32_t{SCMP_ARCH_X86_64}, uint32_t{SCMP_ARCH_X86},
+                          uint32_t{SCMP_ARCH_AARCH64}, uint32_t{SCMP_ARCH_ARM}}) {
+      known = known || seccomp_syscall_resolve_name_arch(arch, name.c_str()) >= 0;
+    }
+    EXPECT_TRUE(known) << name;
+  }
 }
 
 TEST(SeccompFilter, AllowsCloneWithoutNamespaceFlags) {
@@ -447,6 +510,54 @@ TEST(SeccompFilter, IoctlAllowsTerminalQueries) {
   EXPECT_EQ(Eval(SYS_ioctl, {3, FIONREAD}), kAllow);
 }
 
+// The allow rules cover every request but the two denied ones: a sweep of
+// the neighbourhood (the two differ only in bits 1-3), of every single bit,
+// and of pseudo-random requests with and without junk in the upper word.
+TEST(SeccompFilter, IoctlAllowsEveryOtherRequest) {
+  auto expected = [](uint64_t request) {
+    const uint32_t low = static_cast<uint32_t>(request);
+    return low == TIOCSTI || low == TIOCLINUX ? Errno(EPERM) : kAllow;
+  };
+  std::vector<uint64_t> requests;
+  for (uint64_t r = 0x5400; r < 0x5500; ++r) requests.push_back(r);
+  for (unsigned bit = 0; bit < 64; ++bit) {
+    requests.push_back(uint64_t{1} << bit);
+    requests.push_back(TIOCSTI ^ (uint64_t{1} << bit));
+    requests.push_back(TIOCLINUX ^ (uint64_t{1} << bit));
+  }
+  uint64_t x = 0x9e3779b97f4a7c15ULL;
+  for (int i = 0; i < 5000; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    requests.push_back(x);
+    requests.push_back(x & 0xffffffffULL);
+  }
+  for (uint64_t r : requests) {
+    ASSERT_EQ(Eval(SYS_ioctl, {3, r}), expected(r)) << std::hex << r;
+  }
+}
+
+// POSIX_FADV_DONTNEED would evict the host's shared page cache: answered with
+// success (SECCOMP_RET_ERRNO with errno 0), not carried out; other advice
+// passes. The kernel reads the advice as an int: junk above it changes nothing.
+TEST(SeccompFilter, FadviseDontneedIsANoOp) {
+#if defined(SYS_fadvise64)
+  EXPECT_EQ(Eval(SYS_fadvise64, {3, 0, 0, POSIX_FADV_DONTNEED}), Errno(0));
+  EXPECT_EQ(Eval(SYS_fadvise64, {3, 0, 0, POSIX_FADV_DONTNEED | (7ULL << 32)}), Errno(0));
+  for (uint64_t advice : {POSIX_FADV_NORMAL, POSIX_FADV_RANDOM, POSIX_FADV_SEQUENTIAL,
+                          POSIX_FADV_WILLNEED, POSIX_FADV_NOREUSE}) {
+    EXPECT_EQ(Eval(SYS_fadvise64, {3, 0, 0, advice}), kAllow) << advice;
+  }
+  for (unsigned bit = 0; bit < 32; ++bit) {
+    const uint64_t advice = POSIX_FADV_DONTNEED ^ (uint64_t{1} << bit);
+    EXPECT_EQ(Eval(SYS_fadvise64, {3, 0, 0, advice}), kAllow) << advice;
+  }
+#else
+  GTEST_SKIP() << "no fadvise64 on this architecture";
+#endif
+}
+
 TEST(SeccompFilter, IoctlDeniesTiocstiAndTioclinux) {
   EXPECT_EQ(Eval(SYS_ioctl, {0, TIOCSTI}), Errno(EPERM));
   EXPECT_EQ(Eval(SYS_ioctl, {0, TIOCLINUX}), Errno(EPERM));
@@ -530,6 +641,186 @@ TEST(SeccompApply, RejectsBadArgumentsWithoutCallingTheKernel) {
   errno = 0;
   EXPECT_EQ(ApplySeccompInChild(too_long.data(), too_long.size()), -1);
   EXPECT_EQ(errno, EINVAL);
+}
+
+// ---------------------------------------------------------------------------
+// The measured set and the golden decision tables (src/isolation/testdata/).
+
+std::string TestData(const std::string& name) {
+  return std::string(KILN_ISOLATION_TESTDATA) + "/" + name;
+}
+
+std::string ArchName(uint32_t arch) {
+  switch (arch) {
+    case SCMP_ARCH_X86_64: return "x86_64";
+    case SCMP_ARCH_AARCH64: return "aarch64";
+    default: return "arch-" + std::to_string(arch);
+  }
+}
+
+// Arguments that make each argument-filtered call pass: what libc and CPython
+// send for fork, a thread, a Unix socket, a terminal query, the persona query.
+std::array<uint64_t, 6> TypicalArgs(const std::string& name) {
+  if (name == "clone") return {CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD};
+  if (name == "socket" || name == "socketpair") return {AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC};
+  if (name == "ioctl") return {0, TCGETS};
+  if (name == "personality") return {0xffffffff};
+  return {};
+}
+
+// Every call the workloads made under the filter (tools/seccomp/measure.py)
+// is allowed, with the arguments a program typically gives it. A call that
+// should stay refused does not belong in the measured file: the measurement
+// marks refusals, and whoever regenerates the file decides.
+TEST(SeccompMeasured, EveryMeasuredCallIsAllowed) {
+  const uint32_t native = seccomp_arch_native();
+  const std::string path = TestData("seccomp_measured_" + ArchName(native) + ".txt");
+  std::ifstream in(path);
+  if (!in) GTEST_SKIP() << "no measured set for " << ArchName(native) << " (" << path << ")";
+  size_t count = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const std::string name = line.substr(0, line.find_first_of(" \t"));
+    // Calls answered on purpose with something else than ALLOW.
+    if (name == "clone3") {
+      EXPECT_EQ(Eval(SYS_clone3), Errno(ENOSYS)) << "clone3 must fall back to clone";
+      continue;
+    }
+    const int nr = seccomp_syscall_resolve_name(name.c_str());
+    ASSERT_GE(nr, 0) << "measured call '" << name << "' unknown to libseccomp";
+    EXPECT_EQ(Eval(nr, TypicalArgs(name)), kAllow) << name;
+    ++count;
+  }
+  EXPECT_GT(count, 50u) << path << " looks truncated";
+}
+
+std::string ActionName(uint32_t action) {
+  switch (action & SECCOMP_RET_ACTION_FULL) {
+    case SECCOMP_RET_ALLOW: return "allow";
+    case SECCOMP_RET_KILL_PROCESS: return "kill-process";
+    case SECCOMP_RET_KILL_THREAD: return "kill-thread";
+    case SECCOMP_RET_ERRNO: {
+      if ((action & SECCOMP_RET_DATA) == 0) return "errno 0 (success, not carried out)";
+      const char* e = strerrorname_np(static_cast<int>(action & SECCOMP_RET_DATA));
+      return std::string("errno ") + (e != nullptr ? e : std::to_string(action & SECCOMP_RET_DATA));
+    }
+    default: return "action " + std::to_string(action);
+  }
+}
+
+// What the filter built for `arch` answers: each number 0..511 with no
+// arguments, then the argument-filtered calls with the arguments that decide.
+std::string DecisionTable(uint32_t arch, const BpfProgram& program) {
+  std::ostringstream out;
+  out << "# The seccomp filter kiln installs, built for " << ArchName(arch) << " by libseccomp "
+      << seccomp_version()->major << "." << seccomp_version()->minor
+      << ": the answer to each system call.\n"
+      << "# Regenerate: KILN_UPDATE_SECCOMP_GOLDEN=1 isolation_unit_test "
+         "--gtest_filter='*SeccompGolden*'\n";
+  auto eval = [&](int nr, std::array<uint64_t, 6> args) {
+    seccomp_data data{};
+    data.nr = nr;
+    data.arch = arch;
+    for (size_t i = 0; i < args.size(); ++i) data.args[i] = args[i];
+    return ActionName(EvaluateSeccomp(program, data));
+  };
+  for (int nr = 0; nr < 512; ++nr) {
+    char* name = seccomp_syscall_resolve_num_arch(arch, nr);
+    out << nr << " " << (name != nullptr ? name : "-") << " " << eval(nr, {}) << "\n";
+    std::free(name);
+  }
+  const struct {
+    const char* call;
+    const char* what;
+    std::array<uint64_t, 6> args;
+  } cases[] = {
+      {"clone", "fork", {CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD}},
+      {"clone",
+       "thread",
+       {CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM |
+        CLONE_SETTLS | CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID}},
+      {"clone", "NEWUSER", {CLONE_NEWUSER}},
+      {"clone", "NEWNS|SIGCHLD", {CLONE_NEWNS | SIGCHLD}},
+      {"clone", "NEWNET upper junk", {CLONE_NEWNET | (0xabcdULL << 32)}},
+      {"socket", "AF_UNIX", {AF_UNIX, SOCK_STREAM}},
+      {"socket", "AF_INET", {AF_INET, SOCK_STREAM}},
+      {"socket", "AF_INET6", {AF_INET6, SOCK_DGRAM}},
+      {"socket", "AF_NETLINK", {AF_NETLINK, SOCK_RAW}},
+      {"socket", "AF_VSOCK", {40, SOCK_STREAM}},
+      {"socket", "AF_UNIX upper junk", {AF_UNIX | (1ULL << 32), SOCK_STREAM}},
+      {"socketpair", "AF_UNIX", {AF_UNIX, SOCK_STREAM}},
+      {"socketpair", "AF_INET", {AF_INET, SOCK_STREAM}},
+      {"ioctl", "TCGETS", {0, TCGETS}},
+      {"ioctl", "FIONREAD", {0, FIONREAD}},
+      {"ioctl", "TIOCSTI", {0, TIOCSTI}},
+      {"ioctl", "TIOCSTI upper junk", {0, TIOCSTI | (0xdeadbeefULL << 32)}},
+      {"ioctl", "TIOCLINUX", {0, TIOCLINUX}},
+      {"fadvise64", "NORMAL", {3, 0, 0, POSIX_FADV_NORMAL}},
+      {"fadvise64", "DONTNEED", {3, 0, 0, POSIX_FADV_DONTNEED}},
+      {"fadvise64", "DONTNEED upper junk", {3, 0, 0, POSIX_FADV_DONTNEED | (1ULL << 32)}},
+      {"personality", "PER_LINUX", {0}},
+      {"personality", "query", {0xffffffff}},
+      {"personality", "ADDR_NO_RANDOMIZE", {ADDR_NO_RANDOMIZE}},
+      {"personality", "UNAME26", {UNAME26}},
+      {"personality", "upper bits", {0x1'00000000}},
+  };
+  for (const auto& c : cases) {
+    const int nr = seccomp_syscall_resolve_name_arch(arch, c.call);
+    out << c.call << "(" << c.what << ") " << (nr >= 0 ? eval(nr, c.args) : "no such call") << "\n";
+  }
+  seccomp_data foreign{};
+  foreign.nr = 0;
+  foreign.arch = arch == SCMP_ARCH_X86_64 ? SCMP_ARCH_X86 : SCMP_ARCH_ARM;
+  out << "foreign architecture " << ActionName(EvaluateSeccomp(program, foreign)) << "\n";
+  if (arch == SCMP_ARCH_X86_64) {
+    out << "x32 read " << eval(0x40000000, {}) << "\n";
+  }
+  return out.str();
+}
+
+class SeccompGolden : public ::testing::TestWithParam<uint32_t> {};
+
+// The filter's answers, per architecture, against the reviewed file: a change
+// of the lists or of libseccomp's output shows up as a diff in review.
+TEST_P(SeccompGolden, MatchesTheReviewedDecisionTable) {
+  const uint32_t arch = GetParam();
+  SeccompOptions options;
+  options.arch = arch;
+  Result<BpfProgram> program = CompileSeccompFilter(options);
+  ASSERT_TRUE(program.ok()) << program.error().ToString();
+  const std::string table = DecisionTable(arch, program.value());
+  const std::string path = TestData("seccomp_golden_" + ArchName(arch) + ".txt");
+  if (std::getenv("KILN_UPDATE_SECCOMP_GOLDEN") != nullptr) {
+    std::ofstream(path) << table;
+    GTEST_SKIP() << "wrote " << path;
+  }
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << "missing " << path;
+  std::stringstream golden;
+  golden << in.rdbuf();
+  if (seccomp_version()->major != 2 || seccomp_version()->minor != 5) {
+    GTEST_SKIP() << "the golden files come from libseccomp 2.5 (Debian 12)";
+  }
+  EXPECT_EQ(table, golden.str()) << "regenerate with KILN_UPDATE_SECCOMP_GOLDEN=1 and review";
+}
+
+INSTANTIATE_TEST_SUITE_P(Arch, SeccompGolden,
+                         ::testing::Values(uint32_t{SCMP_ARCH_X86_64}, uint32_t{SCMP_ARCH_AARCH64}),
+                         [](const ::testing::TestParamInfo<uint32_t>& param_info) {
+                           return ArchName(param_info.param);
+                         });
+
+// The native program built through the cross-architecture path equals the
+// one a sandbox installs.
+TEST(SeccompGoldenNative, NativeArchOptionBuildsTheSameProgram) {
+  SeccompOptions options;
+  options.arch = seccomp_arch_native();
+  Result<BpfProgram> program = CompileSeccompFilter(options);
+  ASSERT_TRUE(program.ok()) << program.error().ToString();
+  const BpfProgram& native = DefaultFilter();
+  ASSERT_EQ(program.value().size(), native.size());
+  EXPECT_EQ(std::memcmp(program.value().data(), native.data(), native.size() * sizeof(sock_filter)),
+            0);
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= json_depth frame cell_outputs setup_record pool_handoff job_request http_request \
   workspace_path mcp_engine config
 
-.PHONY: all deps build test test-unit test-integration test-escape serve doctor bench bench-pool bench-sessions asan fuzz clean
+.PHONY: all deps build test test-unit test-integration test-escape serve doctor bench bench-pool bench-sessions seccomp-measure asan fuzz clean
 
 all: build
 
@@ -70,6 +70,14 @@ bench-sessions: build
 # The warm pool alone: (a)-(e) of bench/pool_bench.py (bench/README.md), as root.
 bench-pool: build
 	$(PYTHON) bench/pool_bench.py --kiln ./$(BUILD_DIR)/kiln
+
+# The system calls sandboxed programs make under the seccomp filter (tools/seccomp/), as root:
+# strace of `kiln run` over tools/seccomp/workloads/, cold and pooled. Rewrites the measured set
+# the unit tests check the allow-list against (docs/adr/0003-seccomp-allowlist.md).
+SECCOMP_MEASURED := src/isolation/testdata/seccomp_measured_$(shell uname -m).txt
+seccomp-measure: build
+	@$(MAKE) --no-print-directory deps DEPS="strace"
+	$(PYTHON) tools/seccomp/measure.py --kiln ./$(BUILD_DIR)/kiln --out $(SECCOMP_MEASURED)
 
 asan: deps
 	cmake --preset asan-ubsan >/dev/null

@@ -65,7 +65,9 @@ constexpr uint32_t kSeccompDataSize = sizeof(seccomp_data);
 // host's), memfd_secret (it fragments the host's direct map), fanotify_mark,
 // set_thread_area and get_thread_area, the obsolete calls (uselib, ustat,
 // sysfs, ...), and everything newer than this list: statmount, listmount,
-// lsm_*, mseal, cachestat, map_shadow_stack, uretprobe, file_getattr, ...
+// lsm_*, mseal, cachestat, map_shadow_stack, file_getattr, ... (uretprobe
+// bypasses seccomp by the kernel's design and SIGILLs a caller outside a
+// uprobe trampoline).
 // Names that do not exist on an architecture are skipped.
 // clang-format off
 constexpr const char* kAllowedCalls[] = {

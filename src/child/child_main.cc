@@ -105,8 +105,8 @@ void RunChild(const ChildPlan& plan) {
     Send(m);
   }
   // C3. Detach copies of the bind sources that may sit anywhere on the host
-  //     (kiln's runtime directory), while we still have the supervisor's host
-  //     identity and can reach them.
+  //     (the policy's extra read-only paths), while we still have the
+  //     supervisor's host identity and can reach them.
   size_t failed = 0;
   if (isolation::PrepareMountSourcesInChild(plan.mount_ops, plan.mount_count, &failed) != 0) {
     Fail(SetupStep::kMountBinds, errno, static_cast<int>(failed));

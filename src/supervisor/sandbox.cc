@@ -901,8 +901,8 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
                            FormatSize(limits.workspace_bytes) + ")");
   }
   for (auto& fd : OpenFontCache(host, &layout.mpl_cache_files)) s.keep_fds.push_back(std::move(fd));
-  // The runtime directory is detached by open_tree in the child before the
-  // staging root covers /tmp, so it may live anywhere (mount_ns.h).
+  // The runtime directory is copied into the sandbox from fds opened here,
+  // so it may live anywhere (mount_ns.h).
   layout.runtime_dir = host.runtime_dir;
   layout.extra_ro_paths = policy.extra_ro_mounts();
   KILN_ASSIGN_OR_RETURN(s.mounts, isolation::BuildMountPlan(layout));
@@ -1047,6 +1047,7 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
   out_w.Reset();
   err_w.Reset();
   s.keep_fds.clear();  // the child has its copies
+  s.mounts.CloseFds();
   s.t_cloned = Clock::now();
   s.phases.clone_ms = Ms(s.t_cgroup, s.t_cloned);
 

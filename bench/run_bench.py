@@ -41,7 +41,7 @@ PHASE_NOTES = {
     "maps": "uid/gid maps written",
     "child_setup": "maps -> workspace fd (mounts, pivot)",
     "exec": "workspace fd -> worker about to execve",
-    "attach": "v1 cgroup attach (overlaps start)",
+    "attach": "v1 cgroup attach of pid 1 (overlaps the mounts)",
     "start": "execve -> program sent (interpreter start)",
     "run": "program sent -> worker exited",
     "teardown": "exit -> reaped, cgroup removed",

@@ -5,6 +5,7 @@
 // errno} and _exits (P5).
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -96,9 +97,16 @@ void RunChild(const ChildPlan& plan) {
   //     Executable memfds off for our pid namespace (and, for a zygote's pid
   //     1, every sandbox's below it), while our euid is still the host's.
   (void)SetMemfdNoexecInChild();
+  //     cgroup v1: ask to be moved into our cgroup now; the move (which may
+  //     wait for an RCU grace period) overlaps the mounts below (C14b).
+  if (plan.enter_cgroup) {
+    SyncMessage m{};
+    m.tag = SyncTag::kAttachMe;
+    Send(m);
+  }
   // C3. Detach copies of the bind sources that may sit anywhere on the host
-  //     (kiln's runtime directory), while we still have the supervisor's host
-  //     identity and can reach them.
+  //     (the policy's extra read-only paths), while we still have the
+  //     supervisor's host identity and can reach them.
   size_t failed = 0;
   if (isolation::PrepareMountSourcesInChild(plan.mount_ops, plan.mount_count, &failed) != 0) {
     Fail(SetupStep::kMountBinds, errno, static_cast<int>(failed));
@@ -127,6 +135,14 @@ void RunChild(const ChildPlan& plan) {
   //      through it with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS), never
   //      through a path the sandbox could redirect.
   KILN_CHILD_STEP(SetupStep::kWorkspaceFd, SendWorkspaceFd());
+  // C14b. cgroup v1: no line of the program may run outside the cgroup, so
+  //       wait until the supervisor has moved us (the worker inherits it),
+  //       then root a cgroup namespace at it (ours from clone is rooted at
+  //       the supervisor's cgroup): /proc/self/cgroup then shows "/" only.
+  if (plan.enter_cgroup) {
+    KILN_CHILD_STEP(SetupStep::kWaitAttach, WaitForRecord(SyncTag::kAttached));
+    KILN_CHILD_STEP(SetupStep::kChildNamespaces, ::unshare(CLONE_NEWCGROUP));
+  }
   // C15. Keep only the fds the plan lists.
   KILN_CHILD_STEP(SetupStep::kCloseFds,
                   ArrangeFds(plan.code_fd, plan.sync_fd, plan.stdout_fd, plan.stderr_fd));

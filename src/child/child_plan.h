@@ -46,6 +46,13 @@ struct ChildPlan {
   char* const* envp = nullptr;
   const char* cwd = "/workspace";
 
+  // cgroup v1 (which has no CLONE_INTO_CGROUP): pid 1 asks the supervisor to
+  // move it into the sandbox's cgroup (kAttachMe) as soon as the maps exist,
+  // waits for kAttached before it forks the worker, and then makes a cgroup
+  // namespace rooted there, so /proc/self/cgroup shows "/" and not kiln's
+  // cgroup names (which carry the supervisor's host pid).
+  bool enter_cgroup = false;
+
   // A zygote's jail (src/zygote/zygote.cc): the worker is the zygote's
   // interpreter, which keeps CAP_SETUID/CAP_SETGID (ambient) and installs no
   // seccomp filter (its children do, after their own setup); pid 1 outlives

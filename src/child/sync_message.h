@@ -14,11 +14,12 @@ enum class SyncTag : char {
                          // gives its pid in the supervisor's namespace)
   kWorkerExited = 'X',   // pid 1 -> supervisor: the worker's wait status
   kFailure = 'F',        // either -> supervisor: a setup step failed
-  // A pooled sandbox (src/zygote): its pid 1 asks the pool to move it into its
-  // cgroup (SCM_CREDENTIALS gives the pid) and waits for kAttached before it
-  // drops anything or forks the worker, which then says kWorkerStarted.
-  kAttachMe = 'A',  // pid 1 -> pool
-  kAttached = 'G',  // pool -> pid 1: in its cgroup, go on
+  // A pooled sandbox (src/zygote), and a cold one on cgroup v1: its pid 1 asks
+  // the pool (the supervisor) to move it into its cgroup (SCM_CREDENTIALS
+  // gives the pid) and waits for kAttached before it drops anything or forks
+  // the worker, which then says kWorkerStarted.
+  kAttachMe = 'A',  // pid 1 -> pool / supervisor
+  kAttached = 'G',  // pool / supervisor -> pid 1: in its cgroup, go on
 };
 
 struct SyncMessage {

@@ -8,6 +8,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -98,9 +99,91 @@ class Builder {
     plan_->Add({kind, step, src.empty() ? nullptr : plan_->Intern(src), plan_->Intern(T(dst)),
                 flags, nullptr, 0, -1, 0});
   }
-  void Copy(int fd, const std::string& dst, uint32_t mode) {
-    plan_->Add({MountOpKind::kCopyFd, SetupStep::kStageFiles, nullptr, plan_->Intern(T(dst)), 0,
-                nullptr, 0, fd, mode});
+  void Copy(int fd, const std::string& dst, uint32_t mode, SetupStep step = SetupStep::kStageFiles,
+            int64_t mtime_ns = -1) {
+    plan_->Add({MountOpKind::kCopyFd, step, nullptr, plan_->Intern(T(dst)), 0, nullptr, 0, fd, mode,
+                mtime_ns});
+  }
+  // A read-only copy of the host directory `src` at `dst`, in a tmpfs of its
+  // own. A bind would do without copying, but a mount's root field in
+  // /proc/self/mountinfo is its source's path on the host's filesystem
+  // (open_tree's detached copy too: it has the same root dentry); a tmpfs's
+  // is "/". Regular files keep their mode (less the write bits) and mtime,
+  // directories are 0755, symlinks are copied as links; anything else is
+  // left out. The supervisor opens the files, so the child needs no path to
+  // the host's tree.
+  Status CopyTreeRo(const std::string& src, const std::string& dst, const std::string& ids) {
+    namespace fs = std::filesystem;
+    struct Entry {
+      std::string rel;
+      enum { kDir, kFile, kLink } kind = kDir;
+      std::string link;
+      UniqueFd fd;
+      uint32_t mode = 0;
+      int64_t mtime_ns = -1;
+    };
+    std::vector<Entry> entries;
+    uint64_t bytes = 0;
+    std::error_code ec;
+    fs::recursive_directory_iterator it(src, fs::directory_options::none, ec);
+    if (ec) return ErrnoError("copy '" + src + "': " + ec.message(), ec.value());
+    for (const fs::recursive_directory_iterator end; it != end; it.increment(ec)) {
+      if (ec) return ErrnoError("copy '" + src + "': " + ec.message(), ec.value());
+      if (entries.size() >= kMaxCopiedFiles) {
+        return InvalidArgument("'" + src + "' has more than " + std::to_string(kMaxCopiedFiles) +
+                               " entries to copy into the sandbox");
+      }
+      Entry e;
+      // Lexically: fs::relative would resolve a symlink to its target's path.
+      e.rel = it->path().lexically_relative(src).string();
+      const auto st = it->symlink_status(ec);
+      if (ec) return ErrnoError("copy '" + it->path().string() + "': " + ec.message(), ec.value());
+      if (fs::is_symlink(st)) {
+        e.kind = Entry::kLink;
+        e.link = fs::read_symlink(it->path(), ec).string();
+        if (ec) return ErrnoError("readlink '" + it->path().string() + "'", ec.value());
+      } else if (fs::is_directory(st)) {
+        e.kind = Entry::kDir;
+      } else if (fs::is_regular_file(st)) {
+        e.kind = Entry::kFile;
+        e.fd.Reset(::open(it->path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY));
+        if (!e.fd) return ErrnoError("open '" + it->path().string() + "'");
+        struct stat info {};
+        if (::fstat(e.fd.get(), &info) != 0)
+          return ErrnoError("stat '" + it->path().string() + "'");
+        if (!S_ISREG(info.st_mode)) continue;  // swapped meanwhile: leave it out
+        e.mode = info.st_mode & 0555;
+        e.mtime_ns = static_cast<int64_t>(info.st_mtim.tv_sec) * 1000000000 + info.st_mtim.tv_nsec;
+        bytes += (static_cast<uint64_t>(info.st_size) + 4095) / 4096 * 4096;
+        if (bytes > kMaxCopiedBytes) {
+          return InvalidArgument("'" + src + "' is larger than " +
+                                 std::to_string(kMaxCopiedBytes >> 20) +
+                                 " MiB, too large to copy into the sandbox");
+        }
+      } else {
+        continue;  // fifos, sockets, devices: not part of kiln's tree
+      }
+      entries.push_back(std::move(e));
+    }
+    // Parents before children, in a fixed order.
+    std::sort(entries.begin(), entries.end(),
+              [](const Entry& a, const Entry& b) { return a.rel < b.rel; });
+    Mkdir(dst, SetupStep::kMountBinds);
+    Tmpfs(dst, MS_NOSUID | MS_NODEV,
+          "size=" + std::to_string(bytes + (64 << 10)) + ",mode=0755" + ids,
+          SetupStep::kMountBinds);
+    for (auto& e : entries) {
+      const std::string to = dst + "/" + e.rel;
+      switch (e.kind) {
+        case Entry::kDir: Mkdir(to, SetupStep::kMountBinds); break;
+        case Entry::kLink: Symlink(e.link, to); break;
+        case Entry::kFile:
+          Copy(plan_->Own(std::move(e.fd)), to, e.mode, SetupStep::kMountBinds, e.mtime_ns);
+          break;
+      }
+    }
+    Op(MountOpKind::kRemountRo, SetupStep::kMountBinds, "", dst, MS_NOSUID | MS_NODEV);
+    return OkStatus();
   }
 
  private:
@@ -184,6 +267,11 @@ const char* MountPlan::Intern(std::string s) {
   return strings_.back().c_str();
 }
 
+int MountPlan::Own(UniqueFd fd) {
+  fds_.push_back(std::move(fd));
+  return fds_.back().get();
+}
+
 Result<MountPlan> BuildPrivateMountPlan(const MountLayout& layout) {
   MountPlan plan;
   Builder b(&plan, "");
@@ -248,12 +336,15 @@ Result<MountPlan> BuildMountPlan(const MountLayout& layout) {
     }
   }
 
-  // kiln's own launcher/runtime, read-only.
+  // kiln's own launcher/runtime (and a zygote's library), read-only copies:
+  // the sandbox learns nothing of where kiln lives on the host.
   if (!layout.runtime_dir.empty()) {
     b.Mkdir("/opt", SetupStep::kMountRoot);
     b.Mkdir("/opt/kiln", SetupStep::kMountRoot);
-    b.BindRoDetached(layout.runtime_dir, kRuntimeMountPath);
-    if (!layout.zygote_lib_dir.empty()) b.BindRoDetached(layout.zygote_lib_dir, kZygoteLibPath);
+    KILN_TRY(b.CopyTreeRo(layout.runtime_dir, kRuntimeMountPath, ids));
+    if (!layout.zygote_lib_dir.empty()) {
+      KILN_TRY(b.CopyTreeRo(layout.zygote_lib_dir, kZygoteLibPath, ids));
+    }
   }
   for (const auto& p : layout.extra_ro_paths) {
     std::error_code ec;
@@ -295,7 +386,7 @@ Result<MountPlan> BuildMountPlan(const MountLayout& layout) {
 
 namespace {
 
-int CopyFdTo(int src, const char* target, uint32_t mode) {
+int CopyFdTo(int src, const char* target, uint32_t mode, int64_t mtime_ns) {
   int out = ::open(target, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
   if (out < 0) return -1;
   off_t offset = 0;
@@ -309,6 +400,16 @@ int CopyFdTo(int src, const char* target, uint32_t mode) {
       return -1;
     }
     if (n == 0) break;
+  }
+  // The umask may have narrowed the mode; the plan's mode is what we want.
+  // A copied source keeps its mtime, which its __pycache__ entry records.
+  timespec times[2] = {{0, UTIME_OMIT}, {0, UTIME_OMIT}};
+  if (mtime_ns >= 0) times[1] = {mtime_ns / 1000000000, mtime_ns % 1000000000};
+  if (::fchmod(out, mode) != 0 || (mtime_ns >= 0 && ::futimens(out, times) != 0)) {
+    int e = errno;
+    ::close(out);
+    errno = e;
+    return -1;
   }
   return ::close(out);
 }
@@ -351,7 +452,7 @@ int ApplyOne(const MountOp& op) {
       return ::mount(nullptr, op.target, nullptr, MS_REMOUNT | MS_RDONLY | op.flags, nullptr);
     case MountOpKind::kSymlink: return ::symlink(op.source, op.target);
     case MountOpKind::kWriteFile: return WriteFileAt(op.target, op.data, op.length, op.mode);
-    case MountOpKind::kCopyFd: return CopyFdTo(op.fd, op.target, op.mode);
+    case MountOpKind::kCopyFd: return CopyFdTo(op.fd, op.target, op.mode, op.mtime_ns);
     case MountOpKind::kMaskFile: {
       struct stat st {};
       if (::lstat(op.target, &st) != 0) return 0;  // nothing to mask on this kernel

@@ -10,7 +10,9 @@
 //   /usr             read-only, nosuid, nodev bind (and /bin, /lib... as on the host)
 //   /etc/...         synthesized passwd, group, hosts; ro binds of ld.so.cache,
 //                    alternatives, matplotlibrc, python3*, localtime
-//   /opt/kiln/runtime read-only bind of kiln's runtime/ (the launcher)
+//   /opt/kiln/runtime read-only copy of kiln's runtime/ (the launcher) in a
+//                    tmpfs of its own (a bind would name the host directory in
+//                    /proc/self/mountinfo); a zygote's jail: /opt/kiln/lib too
 //   /proc            fresh procfs of the sandbox's pid namespace, masked entries
 //   /dev             tmpfs (ro) with binds of null, zero, full, random, urandom;
 //                    /dev/shm size-capped tmpfs
@@ -27,6 +29,7 @@
 
 #include "base/result.h"
 #include "base/setup_step.h"
+#include "base/unique_fd.h"
 
 namespace kiln::isolation {
 
@@ -39,7 +42,8 @@ enum class MountOpKind : uint8_t {
   kRemountRo,   // remount target (a mount point we made) read-only, keeping flags
   kSymlink,     // symlink source (the link text) at target
   kWriteFile,   // create target with data[0..len) and mode
-  kCopyFd,      // create target with mode and copy the contents of fd
+  kCopyFd,      // create target with mode and copy the contents of fd (then its
+                // mtime, when mtime_ns >= 0)
   kMaskFile,    // bind source (/dev/null) over target if target exists
   kMaskDir,     // mount an empty read-only tmpfs over target if it exists
   kOpenTree,    // open_tree(source, OPEN_TREE_CLONE) into slot `fd`, before anything
@@ -57,6 +61,9 @@ struct MountOp {
   size_t length;        // kWriteFile
   int fd;               // kCopyFd; slot index for kOpenTree/kAttachTree
   uint32_t mode;        // kMkdir, kWriteFile, kCopyFd
+  // kCopyFd: the source's mtime (a copied .py keeps its __pycache__ entry
+  // valid), or -1 to leave the copy's.
+  int64_t mtime_ns = -1;
 };
 
 // Owns the strings the ops point into. Movable, never copied (pointers).
@@ -70,6 +77,10 @@ class MountPlan final {
 
   const char* Intern(std::string s);
   void Add(MountOp op) { ops_.push_back(op); }
+  // Keeps an fd a kCopyFd op reads until CloseFds (the child has its copy
+  // once it is cloned).
+  int Own(UniqueFd fd);
+  void CloseFds() { fds_.clear(); }
   const std::vector<MountOp>& ops() const { return ops_; }
   // Staging directory the new root is mounted on before pivot_root.
   const char* new_root() const { return new_root_; }
@@ -78,13 +89,14 @@ class MountPlan final {
  private:
   std::deque<std::string> strings_;  // deque: pointers stay valid on growth
   std::vector<MountOp> ops_;
+  std::vector<UniqueFd> fds_;
   const char* new_root_ = nullptr;
 };
 
 struct MountLayout {
   uid_t inside_uid = 1000;
   gid_t inside_gid = 1000;
-  std::string runtime_dir;  // host path of kiln's runtime/ directory
+  std::string runtime_dir;  // host path of kiln's runtime/ directory (copied)
   uint64_t workspace_bytes = 0;
   uint64_t tmp_bytes = 0;
   uint64_t shm_bytes = 0;
@@ -99,7 +111,7 @@ struct MountLayout {
   // Extra read-only binds, host path = sandbox path (profiles, later).
   std::vector<std::string> extra_ro_paths;
   // A zygote's jail: the host directory of libkiln_zygote.so and
-  // kiln-sandbox-init, bound read-only at kZygoteLibPath.
+  // kiln-sandbox-init, copied read-only to kZygoteLibPath.
   std::string zygote_lib_dir;
   // Mask /proc's host-revealing entries. Off only for a zygote's jail, whose
   // children each mount their own masked /proc over it (BuildPrivateMountPlan).
@@ -108,7 +120,11 @@ struct MountLayout {
 
 // Supervisor side, before clone. Reads the host (which top-level entries are
 // symlinks into /usr, which /etc files exist, the flags of each bind source's
-// mount that a user namespace would lock) and returns the ops.
+// mount that a user namespace would lock), opens the files of kiln's own
+// directories (runtime_dir, zygote_lib_dir: copied, not bound, so that no
+// mount's root names a host path; the plan owns those fds until CloseFds)
+// and returns the ops. A directory to copy that holds more than
+// kMaxCopiedFiles entries or kMaxCopiedBytes is an error.
 Result<MountPlan> BuildMountPlan(const MountLayout& layout);
 
 // The ops of what every sandbox has of its own, for a child that already is in
@@ -119,9 +135,10 @@ Result<MountPlan> BuildMountPlan(const MountLayout& layout);
 Result<MountPlan> BuildPrivateMountPlan(const MountLayout& layout);
 
 // Child side, first, while the child still has the supervisor's host uid (so a
-// runtime directory under a private home is reachable): detaches a copy of each
-// kOpenTree source. Later ops can attach them even though the staging root
-// covers /tmp. -1 with errno and *failed on failure.
+// directory under a private home is reachable): detaches a copy of each
+// kOpenTree source (the policy's extra read-only paths). Later ops can attach
+// them even though the staging root covers /tmp. -1 with errno and *failed on
+// failure.
 int PrepareMountSourcesInChild(const MountOp* ops, size_t count, size_t* failed);
 
 // Child side, async-signal-safe. Makes "/" recursively private, then runs the
@@ -145,5 +162,10 @@ inline constexpr const char* kRuntimeMountPath = "/opt/kiln/runtime";
 inline constexpr const char* kZygoteLibPath = "/opt/kiln/lib";
 inline constexpr const char* kMplConfigPath = "/tmp/matplotlib";
 inline constexpr const char* kDeviceNodes[] = {"null", "zero", "full", "random", "urandom"};
+
+// Bounds of a directory BuildMountPlan copies (kiln's runtime/, the zygote's
+// library directory): each is a few hundred KB.
+inline constexpr size_t kMaxCopiedFiles = 1024;
+inline constexpr uint64_t kMaxCopiedBytes = 64ULL << 20;
 
 }  // namespace kiln::isolation

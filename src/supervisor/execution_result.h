@@ -59,7 +59,7 @@ struct PhaseTimes {
   double maps_ms = 0;         // uid/gid maps
   double child_setup_ms = 0;  // maps written -> workspace fd (mounts, pivot)
   double exec_ms = 0;         // workspace fd -> worker about to execve
-  double attach_ms = 0;       // v1 cgroup attach of the worker (overlaps interpreter start)
+  double attach_ms = 0;       // v1 cgroup attach of pid 1 (overlaps the child's mounts)
   double start_ms = 0;        // worker about to execve -> program sent (interpreter start)
   double run_ms = 0;          // program sent -> worker exited
   double teardown_ms = 0;     // worker exited -> reaped, cgroup removed, files collected

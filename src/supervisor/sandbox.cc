@@ -177,6 +177,9 @@ struct Sandbox::State {
   ipc::FrameReader frames;
   std::string to_runtime;
   bool hello = false, attached = false;
+  // cgroup v1 (ChildPlan::enter_cgroup): pid 1 asks to be attached; set once
+  // it is in the cgroup and has been told.
+  bool enter_cgroup = false, init_attached = false;
   bool sync_open = true, out_open = true, err_open = true, rt_open = true, init_exited = false;
   bool torn_down = false;
   std::optional<int> worker_status;
@@ -211,7 +214,7 @@ struct Sandbox::State {
 
   // Timing.
   Clock::time_point t_start{}, t_planned{}, t_cgroup{}, t_cloned{}, t_maps{}, t_workspace{},
-      t_worker{}, t_attached{}, t_exit{};
+      t_worker{}, t_attach_asked{}, t_attached{}, t_exit{};
   Clock::time_point setup_deadline = Clock::time_point::max();
   Clock::time_point next_cpu_poll = Clock::time_point::max();
   PhaseTimes phases;
@@ -434,28 +437,53 @@ struct Sandbox::State {
             t_workspace = now;
           }
           break;
-        case SyncTag::kWorkerStarted:
-          if (attached || m.sender <= 0) break;  // only the first counts
-          t_worker = now;
-          worker_pidfd.Reset(sys::PidfdOpen(m.sender, 0));
-          if (cgroup && cgroup->clone_into_fd() < 0) {
-            // v1: move the worker now, while its interpreter starts; the
-            // launcher runs nothing of the program before it arrives.
-            Status moved = cgroup->Attach(m.sender);
-            if (!moved.ok()) {
-              failure = SyncMessage{SyncTag::kFailure,
-                                    static_cast<uint8_t>(SetupStep::kCgroupAttach),
-                                    0,
-                                    moved.error().sys_errno,
-                                    -1,
-                                    0};
-              failure_text =
-                  "attaching the sandbox to its cgroup failed: " + moved.error().ToString();
-              Kill(std::nullopt);
-              break;
-            }
+        case SyncTag::kAttachMe: {
+          // v1 only (ChildPlan::enter_cgroup): pid 1, and only once. The
+          // worker does not exist yet; it is forked inside the cgroup.
+          if (!enter_cgroup || init_attached || m.sender != pid) {
+            failure_text = "the sandbox sent an unexpected setup record";
+            if (!failure) failure = SyncMessage{SyncTag::kFailure, 0, 0, EPROTO, -1, 0};
+            Kill(std::nullopt);
+            break;
+          }
+          t_attach_asked = now;
+          Status moved = cgroup->Attach(m.sender);
+          if (!moved.ok()) {
+            failure = SyncMessage{SyncTag::kFailure,
+                                  static_cast<uint8_t>(SetupStep::kCgroupAttach),
+                                  0,
+                                  moved.error().sys_errno,
+                                  -1,
+                                  0};
+            failure_text =
+                "attaching the sandbox to its cgroup failed: " + moved.error().ToString();
+            Kill(std::nullopt);
+            break;
+          }
+          SyncMessage go{};
+          go.tag = SyncTag::kAttached;
+          if (::send(sync_parent.get(), &go, sizeof go, MSG_NOSIGNAL) != sizeof go) {
+            // pid 1 is gone (or the channel broke): EOF or its exit tells.
+            break;
           }
           t_attached = Clock::now();
+          init_attached = true;
+          break;
+        }
+        case SyncTag::kWorkerStarted:
+          if (attached || m.sender <= 0) break;  // only the first counts
+          if (enter_cgroup && !init_attached) {
+            // pid 1 forks the worker only after kAttached: out of order.
+            failure_text = "the sandbox sent an unexpected setup record";
+            if (!failure) failure = SyncMessage{SyncTag::kFailure, 0, 0, EPROTO, -1, 0};
+            Kill(std::nullopt);
+            break;
+          }
+          t_worker = now;
+          worker_pidfd.Reset(sys::PidfdOpen(m.sender, 0));
+          // In its cgroup from birth: v2 cloned pid 1 into it, v1 moved pid
+          // 1 before the fork (kAttachMe).
+          if (!enter_cgroup) t_attach_asked = t_attached = now;
           attached = true;
           break;
         case SyncTag::kWorkerExited:
@@ -472,7 +500,6 @@ struct Sandbox::State {
           Kill(std::nullopt);
           break;
         case SyncTag::kMapsWritten:
-        case SyncTag::kAttachMe:
         case SyncTag::kAttached:
         default:
           failure_text = "the sandbox sent an unexpected setup record";
@@ -874,8 +901,8 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
                            FormatSize(limits.workspace_bytes) + ")");
   }
   for (auto& fd : OpenFontCache(host, &layout.mpl_cache_files)) s.keep_fds.push_back(std::move(fd));
-  // The runtime directory is detached by open_tree in the child before the
-  // staging root covers /tmp, so it may live anywhere (mount_ns.h).
+  // The runtime directory is copied into the sandbox from fds opened here,
+  // so it may live anywhere (mount_ns.h).
   layout.runtime_dir = host.runtime_dir;
   layout.extra_ro_paths = policy.extra_ro_mounts();
   KILN_ASSIGN_OR_RETURN(s.mounts, isolation::BuildMountPlan(layout));
@@ -945,9 +972,10 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
   s.phases.plan_ms = Ms(s.t_start, s.t_planned);
 
   // --- cgroup. v2: before clone, which starts the child inside it. v1 (when
-  // required): after clone, while the child builds its root; the worker is
-  // attached later (ADR 0004). Best effort: a cgroup we may not create means
-  // the rlimit fallback, said out loud.
+  // required): after clone, while the child builds its root; pid 1 is
+  // attached when it asks, before it forks the worker (ADR 0004, 0012).
+  // Best effort: a cgroup we may not create means the rlimit fallback, said
+  // out loud.
   const bool required = policy.cgroup() == policy::Requirement::kRequired;
   const bool create_after_clone =
       have_cgroup && required && host.cgroups->mode() == isolation::CgroupMode::kV1;
@@ -971,6 +999,10 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
     KILN_LOG_WARN("no cgroup limits on this host ({}); using rlimits (RLIMIT_DATA, RLIMIT_NPROC)",
                   host.cgroups ? host.cgroups->reason() : "not detected");
   }
+  // v1: pid 1 enters the cgroup itself before it forks the worker
+  // (ChildPlan::enter_cgroup; docs/adr/0012).
+  plan.enter_cgroup = s.enter_cgroup =
+      s.use_cgroup && host.cgroups->mode() == isolation::CgroupMode::kV1;
   s.limits_backend =
       s.use_cgroup ? std::string("cgroup ") + std::string(isolation::ToString(host.cgroups->mode()))
                    : "rlimits";
@@ -1015,6 +1047,7 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
   out_w.Reset();
   err_w.Reset();
   s.keep_fds.clear();  // the child has its copies
+  s.mounts.CloseFds();
   s.t_cloned = Clock::now();
   s.phases.clone_ms = Ms(s.t_cgroup, s.t_cloned);
 
@@ -1115,8 +1148,8 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Adopt(const HostContext& host,
       KILN_TRY(WriteFileBeneath(s.workspace_fd.get(), f.name, bytes, caps, a.host_uid, a.host_uid));
     }
   }
-  s.t_planned = s.t_cgroup = s.t_cloned = s.t_maps = s.t_workspace = s.t_worker = s.t_attached =
-      Clock::now();
+  s.t_planned = s.t_cgroup = s.t_cloned = s.t_maps = s.t_workspace = s.t_worker = s.t_attach_asked =
+      s.t_attached = Clock::now();
   s.phases.plan_ms = Ms(s.t_start, s.t_maps);
   s.setup_deadline = s.t_maps + kSetupTimeout;
   return std::unique_ptr<Sandbox>(new Sandbox(std::move(st)));
@@ -1294,7 +1327,7 @@ ExecutionResult Sandbox::Finish(const FinishOptions& options) {
   PhaseTimes& ph = s.phases;
   ph.child_setup_ms = since(s.t_maps, s.t_workspace);
   ph.exec_ms = since(s.t_workspace, s.t_worker);
-  ph.attach_ms = since(s.t_worker, s.t_attached);
+  ph.attach_ms = since(s.t_attach_asked, s.t_attached);
   const Clock::time_point t_sent = s.cell ? s.cell->t_sent : Clock::time_point{};
   ph.start_ms = since(s.t_worker, t_sent);
   ph.run_ms = since(t_sent, s.t_exit);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "testlib/kiln_runner.h"
 
@@ -66,6 +67,32 @@ attempt("sethostname", lambda: socket.sethostname("pwned"))
 )PY");
   ASSERT_EQ(r.status(), "ok") << r.Describe();
   EXPECT_EQ(r.out(), "hostname kiln kiln\nsethostname: EPERM\n") << r.Describe();
+}
+
+TEST_F(CredentialsEscape, CgroupPathsNameNoHostCgroup) {
+  // Layer: cgroup namespace, rooted at the sandbox's own cgroup. Every
+  // hierarchy's line of /proc/self/cgroup must say "/": the cgroup names
+  // kiln gives (`sbx-<supervisor's host pid>-...`) and the host's own
+  // hierarchy (the supervisor's cgroup) stay outside. On cgroup v1 a cold
+  // sandbox's pid 1 makes the namespace after it is moved into its cgroup,
+  // a pooled one's likewise; on v2 clone3(CLONE_INTO_CGROUP) roots it there.
+  const JsonRun r = RunProbe(R"PY(
+import subprocess
+print(open("/proc/self/cgroup").read(), end="")
+# A child process sees the same (it inherits the namespace and the cgroup).
+print(subprocess.run(["/usr/bin/cat", "/proc/self/cgroup"], capture_output=True,
+                     text=True).stdout, end="")
+)PY");
+  ASSERT_EQ(r.status(), "ok") << r.Describe();
+  const std::vector<std::string> lines = Lines(r.out());
+  ASSERT_FALSE(lines.empty()) << r.Describe();
+  for (const std::string& line : lines) {
+    // hierarchy-ID:controller-list:cgroup-path
+    const auto second = line.find(':', line.find(':') + 1);
+    ASSERT_NE(second, std::string::npos) << line;
+    EXPECT_EQ(line.substr(second + 1), "/") << "the sandbox sees a cgroup path: " << line << "\n"
+                                            << r.Describe();
+  }
 }
 
 }  // namespace

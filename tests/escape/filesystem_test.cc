@@ -11,8 +11,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "testlib/kiln_runner.h"
 
@@ -298,6 +303,78 @@ attempt("write /proc/sys/kernel/hostname", lambda: open("/proc/sys/kernel/hostna
   const JsonRun r = RunProbe(code);
   ASSERT_EQ(r.status(), "ok") << r.Describe();
   EXPECT_EQ(r.out(), expected) << r.Describe();
+}
+
+// The path a bind of `dir` shows as its root (field 4 of mountinfo): its
+// path relative to the root of the filesystem it lives on, from the host's
+// own /proc/self/mountinfo. Empty when no mount holds it.
+std::string PathOnItsFilesystem(const std::string& dir) {
+  const std::optional<std::string> mountinfo = ReadFile("/proc/self/mountinfo");
+  if (!mountinfo) return "";
+  std::string best_point, best_root;
+  for (const std::string& line : Lines(*mountinfo)) {
+    std::istringstream fields(line);
+    std::string id, parent, dev, root, point;
+    if (!(fields >> id >> parent >> dev >> root >> point)) continue;
+    const bool holds = point == "/" || dir == point || dir.rfind(point + "/", 0) == 0;
+    // The longest mount point wins; of equal ones the later (it covers).
+    if (holds && point.size() >= best_point.size()) {
+      best_point = point;
+      best_root = root;
+    }
+  }
+  if (best_point.empty()) return "";
+  const std::string rest = best_point == "/" ? dir : dir.substr(best_point.size());
+  return best_root == "/" ? rest : best_root + rest;
+}
+
+TEST_F(FilesystemEscape, MountinfoNamesNoHostDirectoryOfKiln) {
+  // Layer: mount namespace. A bind mount's root field in /proc/self/mountinfo
+  // is its source's path on the host's filesystem, so a bound runtime
+  // directory would tell the program where kiln lives (its checkout, build
+  // or install tree). kiln's runtime and library are copied into tmpfs
+  // mounts of their own instead: no field of any line may contain the host
+  // paths of kiln's runtime, binary, libexec, source or data directories,
+  // neither as the host sees them nor relative to their filesystem.
+  std::vector<std::string> dirs;
+  {
+    const ProcessResult d = RunKiln({"doctor", "--json", "--no-smoke"});
+    const auto j = nlohmann::json::parse(d.out, nullptr, false);
+    ASSERT_TRUE(j.is_object() && j.contains("layers")) << d.out << d.err;
+    for (const auto& layer : j["layers"]) {
+      if (layer.value("name", "") == "runtime" && layer.value("state", "") == "available") {
+        dirs.push_back(layer.value("detail", ""));
+      }
+    }
+    ASSERT_EQ(dirs.size(), 1u) << "doctor names no runtime directory: " << d.out;
+  }
+  std::error_code ec;
+  const std::filesystem::path bin = std::filesystem::canonical(KilnBin(), ec);
+  ASSERT_FALSE(ec) << KilnBin();
+  dirs.push_back(bin.parent_path().string());                            // build or bin directory
+  dirs.push_back((bin.parent_path() / "libexec").string());              // kiln's helpers
+  dirs.push_back(std::filesystem::canonical(SourceDir(), ec).string());  // the checkout
+  dirs.push_back(::geteuid() == 0 ? "/var/lib/kiln" : "");               // the server's data
+  std::vector<std::string> needles;
+  for (const std::string& d : dirs) {
+    if (d.empty()) continue;
+    for (const std::string& n : {d, PathOnItsFilesystem(d)}) {
+      // "/": the directory is a filesystem's root. Each needle once.
+      if (n.size() > 1 && std::find(needles.begin(), needles.end(), n) == needles.end()) {
+        needles.push_back(n);
+      }
+    }
+  }
+  const JsonRun r = RunProbe(R"PY(print(open("/proc/self/mountinfo").read(), end=""))PY");
+  ASSERT_EQ(r.status(), "ok") << r.Describe();
+  const std::vector<std::string> lines = Lines(r.out());
+  ASSERT_GT(lines.size(), 5u) << r.Describe();
+  for (const std::string& line : lines) {
+    for (const std::string& n : needles) {
+      EXPECT_EQ(line.find(n), std::string::npos)
+          << "mountinfo names the host's '" << n << "': " << line;
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,133 @@
+// BuildMountPlan's copy of kiln's runtime directory (CopyTreeRo): the plan
+// must copy it into a tmpfs of its own from fds, never bind it, so that no
+// mount of the sandbox has a host path as its root (docs/adr/0012).
+#include "isolation/mount_ns.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace kiln::isolation {
+namespace {
+
+namespace fs = std::filesystem;
+
+class MountPlanCopyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/kiln-mount-plan-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  void Write(const std::string& rel, const std::string& text, mode_t mode) {
+    fs::create_directories(fs::path(dir_ + "/" + rel).parent_path());
+    std::ofstream(dir_ + "/" + rel) << text;
+    ASSERT_EQ(::chmod((dir_ + "/" + rel).c_str(), mode), 0);
+  }
+  static std::string Target(const std::string& sandbox_path) { return "/tmp" + sandbox_path; }
+  static const MountOp* Find(const MountPlan& plan, MountOpKind kind, const std::string& target) {
+    for (const auto& op : plan.ops()) {
+      if (op.kind == kind && op.target != nullptr && target == op.target) return &op;
+    }
+    return nullptr;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(MountPlanCopyTest, RuntimeIsCopiedIntoItsOwnTmpfsNotBound) {
+  Write("kiln_runtime/launch.py", "print(1)\n", 0644);
+  Write("kiln_runtime/__pycache__/launch.cpython-311.pyc", "pyc", 0644);
+  Write("bin/tool", "#!/bin/sh\n", 0755);
+  ASSERT_EQ(::symlink("kiln_runtime/launch.py", (dir_ + "/link").c_str()), 0);
+  ASSERT_EQ(::mkfifo((dir_ + "/fifo").c_str(), 0600), 0);
+  struct stat py {};
+  ASSERT_EQ(::stat((dir_ + "/kiln_runtime/launch.py").c_str(), &py), 0);
+
+  MountLayout layout;
+  layout.runtime_dir = dir_;
+  auto plan = BuildMountPlan(layout);
+  ASSERT_TRUE(plan.ok()) << plan.error().ToString();
+
+  // Nothing is bound or detached from the host directory.
+  for (const auto& op : plan->ops()) {
+    if (op.source != nullptr) {
+      EXPECT_EQ(std::string(op.source).find(dir_), std::string::npos)
+          << "an op takes the host's runtime directory as its source: " << op.source;
+    }
+  }
+  const std::string root = Target(kRuntimeMountPath);
+  const MountOp* tmpfs = Find(*plan, MountOpKind::kTmpfs, root);
+  ASSERT_NE(tmpfs, nullptr);
+  EXPECT_EQ(tmpfs->flags & (MS_NOSUID | MS_NODEV), MS_NOSUID | MS_NODEV);
+
+  const MountOp* launch = Find(*plan, MountOpKind::kCopyFd, root + "/kiln_runtime/launch.py");
+  ASSERT_NE(launch, nullptr);
+  EXPECT_EQ(launch->mode, 0444u);  // no write bits
+  EXPECT_EQ(launch->mtime_ns,
+            static_cast<int64_t>(py.st_mtim.tv_sec) * 1000000000 + py.st_mtim.tv_nsec);
+  struct stat fd_st {};
+  ASSERT_EQ(::fstat(launch->fd, &fd_st), 0);  // the plan holds the fd open
+  EXPECT_EQ(fd_st.st_ino, py.st_ino);
+
+  const MountOp* tool = Find(*plan, MountOpKind::kCopyFd, root + "/bin/tool");
+  ASSERT_NE(tool, nullptr);
+  EXPECT_EQ(tool->mode, 0555u);
+  EXPECT_NE(Find(*plan, MountOpKind::kMkdir, root + "/kiln_runtime/__pycache__"), nullptr);
+  EXPECT_NE(
+      Find(*plan, MountOpKind::kCopyFd, root + "/kiln_runtime/__pycache__/launch.cpython-311.pyc"),
+      nullptr);
+  const MountOp* link = Find(*plan, MountOpKind::kSymlink, root + "/link");
+  ASSERT_NE(link, nullptr);
+  EXPECT_STREQ(link->source, "kiln_runtime/launch.py");
+  EXPECT_EQ(Find(*plan, MountOpKind::kCopyFd, root + "/fifo"), nullptr);
+
+  // Mounted before the copies, read-only after them.
+  size_t at_tmpfs = 0, at_last_copy = 0, at_ro = 0;
+  for (size_t i = 0; i < plan->ops().size(); ++i) {
+    const auto& op = plan->ops()[i];
+    if (op.target == nullptr || std::string(op.target).rfind(root, 0) != 0) continue;
+    if (op.kind == MountOpKind::kTmpfs) at_tmpfs = i;
+    if (op.kind == MountOpKind::kCopyFd) at_last_copy = i;
+    if (op.kind == MountOpKind::kRemountRo) at_ro = i;
+  }
+  EXPECT_LT(at_tmpfs, at_last_copy);
+  EXPECT_LT(at_last_copy, at_ro);
+
+  const int fd = launch->fd;
+  plan->CloseFds();
+  EXPECT_EQ(::fcntl(fd, F_GETFD), -1);  // closed
+}
+
+TEST_F(MountPlanCopyTest, ADirectoryTooLargeToCopyIsAnError) {
+  for (size_t i = 0; i <= kMaxCopiedFiles; ++i) Write("f" + std::to_string(i), "", 0644);
+  MountLayout layout;
+  layout.runtime_dir = dir_;
+  auto plan = BuildMountPlan(layout);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.error().code, Code::kInvalidArgument);
+  EXPECT_NE(plan.error().message.find("entries to copy"), std::string::npos)
+      << plan.error().ToString();
+}
+
+TEST_F(MountPlanCopyTest, AMissingRuntimeDirectoryIsAnError) {
+  MountLayout layout;
+  layout.runtime_dir = dir_ + "/missing";
+  auto plan = BuildMountPlan(layout);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.error().ToString().find("missing"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiln::isolation

@@ -9,11 +9,11 @@ forked afterwards. The supervisor's own calls and the setup before the filter ar
 left out. Prints the sorted set, one name per line, with the workloads that made
 each call; `--out FILE` writes the names alone (src/isolation/testdata/).
 
-Measure with a filter that allows what it does not deny (the deny-list kiln had
-before the allow-list, or the allow-list in `KILN_SECCOMP_AUDIT`-free form): a
-call refused with ENOSYS still shows here, since strace sees it before seccomp
-answers, so a measurement under the allow-list also lists the calls it refuses
-(marked `refused` in the report).
+A call the filter refuses still shows here (strace sees it before seccomp
+answers), marked `refused N x` in the report: under the allow-list, a refusal
+of anything but the calls refused on purpose (clone3, socket families other
+than AF_UNIX) is a call the list lacks. The workload's own result is printed
+too: a workload that fails is a finding of its own.
 
 Usage: tools/seccomp/measure.py --kiln build/kiln [--out FILE] [--workload NAME ...]
 Needs: root (strace follows into the sandbox's namespaces), strace.

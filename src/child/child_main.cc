@@ -31,6 +31,11 @@ namespace kiln::child {
 namespace {
 
 [[noreturn]] void RunWorker(const ChildPlan& plan) {
+  // pid 1 blocked SIGCHLD for its init (C21); a blocked signal survives
+  // execve, and the program starts with none.
+  sigset_t none;
+  sigemptyset(&none);
+  KILN_CHILD_STEP(SetupStep::kForkWorker, ::sigprocmask(SIG_SETMASK, &none, nullptr));
   // Tell the supervisor who we are: with SO_PASSCRED on its end, the kernel
   // attaches our pid as the supervisor sees it, so it can move exactly this
   // process into the v1 cgroup while the interpreter starts (the launcher runs
@@ -46,12 +51,12 @@ namespace {
   Fail(SetupStep::kExec, errno);
 }
 
-// pid 1 of the sandbox: reap every orphan, report the worker's status, and
-// exit, which makes the kernel SIGKILL everything left in the namespace
-// (double-forked daemons included). A zygote's pid 1 reports the zygote's
-// exit the same way but stays while pooled sandboxes it adopted still run
-// (they are reparented to it), and exits when none is left.
-[[noreturn]] void RunInit(pid_t worker, bool zygote) {
+// pid 1 of a zygote's jail: reaps every orphan and reports the zygote's exit,
+// then stays while pooled sandboxes it adopted still run (they are reparented
+// to it), and exits when none is left, which makes the kernel SIGKILL
+// everything left in the namespace. (A sandbox's pid 1 execs
+// kiln-sandbox-init instead: C22.)
+[[noreturn]] void RunZygoteInit(pid_t zygote) {
   ::close(kCodeFd);
   ::close(kStdoutFd);
   ::close(kStderrFd);
@@ -60,16 +65,15 @@ namespace {
     pid_t pid = ::waitpid(-1, &status, __WALL);
     if (pid < 0) {
       if (errno == EINTR) continue;
-      // ECHILD: the worker is gone (a zygote's pid 1: and every sandbox too).
-      ::_exit(zygote && worker == 0 ? 0 : 126);
+      // ECHILD: the zygote is gone, and every sandbox too.
+      ::_exit(zygote == 0 ? 0 : 126);
     }
-    if (pid == worker) {
+    if (pid == zygote) {
       SyncMessage m{};
       m.tag = SyncTag::kWorkerExited;
       m.status = status;
       Send(m);
-      if (!zygote) ::_exit(0);
-      worker = 0;
+      zygote = 0;
     }
   }
 }
@@ -88,11 +92,12 @@ void RunChild(const ChildPlan& plan) {
   // C2. Until the supervisor has written our uid/gid maps we are "nobody" and
   //     cannot create a file; EOF here means the supervisor died.
   KILN_CHILD_STEP(SetupStep::kWaitParent, WaitForRecord(SyncTag::kMapsWritten));
-  //     pid 1 never execs, so its memory is a copy of the supervisor's (its
-  //     environment included): nothing in the sandbox may read it through
+  //     Until C22 our memory is a copy of the supervisor's (its environment
+  //     included): nothing in the sandbox may read it through
   //     /proc/1/{environ,mem}. Not before the maps exist: a non-dumpable
   //     child's /proc files belong to root, and an unprivileged supervisor
-  //     could not write the maps. (The worker's execve makes it dumpable.)
+  //     could not write the maps. (The worker's execve makes it dumpable;
+  //     the init's exec too, which makes itself non-dumpable again.)
   KILN_CHILD_STEP(SetupStep::kWaitParent, ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0));
   //     Executable memfds off for our pid namespace (and, for a zygote's pid
   //     1, every sandbox's below it), while our euid is still the host's.
@@ -176,11 +181,28 @@ void RunChild(const ChildPlan& plan) {
     KILN_CHILD_STEP(SetupStep::kSeccomp,
                     isolation::ApplySeccompInChild(plan.seccomp, plan.seccomp_length));
   }
-  // C21. The worker runs the program; we stay pid 1.
-  pid_t worker = ::fork();
+  // C21. The worker runs the program; we stay pid 1. SIGCHLD is blocked
+  //      before the fork: the init of C22 reads it through a signalfd, so
+  //      that one poll(2) also watches the setup channel (the worker
+  //      unblocks it).
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  KILN_CHILD_STEP(SetupStep::kForkWorker, ::sigprocmask(SIG_BLOCK, &chld, nullptr));
+  const pid_t worker = ::fork();
   if (worker < 0) Fail(SetupStep::kForkWorker, errno);
   if (worker == 0) RunWorker(plan);
-  RunInit(worker, plan.zygote);
+  if (plan.zygote) RunZygoteInit(worker);
+  // C22. Leave the supervisor's memory: exec the small init, so that pid 1
+  //      holds nothing of the supervisor's (its heap, its mappings, whatever
+  //      it inherited from the server) but a few pages of its own. Every
+  //      layer survives execve (ids, no capability, rlimits, no_new_privs,
+  //      Landlock, seccomp, the parent-death signal) and so does the setup
+  //      channel; it is non-dumpable again at once. It reaps, reports `X` and
+  //      exits as this process would have. Fail closed: if the exec fails,
+  //      the sandbox ends here (our exit kills the worker).
+  (void)ExecSandboxInit(plan.init_path, worker);
+  Fail(SetupStep::kForkWorker, errno, kDetailExecInit);
 }
 
 }  // namespace kiln::child

@@ -23,6 +23,15 @@ inline constexpr int kSyncFd = 4;
 inline constexpr int kStdoutFd = 5;
 inline constexpr int kStderrFd = 6;
 
+// What pid 1 execs once it has forked the worker (kiln-sandbox-init, from the
+// host's libexec directory bound read-only at isolation::kZygoteLibPath):
+// `kiln-sandbox-init WORKER_PID`, the setup channel on kSyncFd, SIGCHLD
+// blocked. Its memory is then a few pages of its own, not a copy of the
+// supervisor's (or the zygote's).
+inline constexpr const char* kSandboxInitPath = "/opt/kiln/lib/kiln-sandbox-init";
+// SyncMessage::detail of a kForkWorker failure: the exec of that init failed.
+inline constexpr int kDetailExecInit = 1;
+
 struct ChildPlan {
   // Inherited fds, at the numbers the supervisor had them.
   int sync_fd = -1;    // SOCK_SEQPACKET to the supervisor (SyncMessage)
@@ -45,6 +54,10 @@ struct ChildPlan {
   char* const* argv = nullptr;
   char* const* envp = nullptr;
   const char* cwd = "/workspace";
+  // What pid 1 execs after the fork of the worker (C22), inside the new root;
+  // the root must bind it there (MountLayout::zygote_lib_dir). Not for a
+  // zygote's jail, whose pid 1 stays (below).
+  const char* init_path = kSandboxInitPath;
 
   // cgroup v1 (which has no CLONE_INTO_CGROUP): pid 1 asks the supervisor to
   // move it into the sandbox's cgroup (kAttachMe) as soon as the maps exist,
@@ -62,7 +75,7 @@ struct ChildPlan {
 
 // Runs in the child of clone3, which is pid 1 of the new pid namespace: the
 // setup sequence of docs/setup-sequence.md, one step per line, then forks the
-// worker that execs the interpreter and stays behind as a minimal init that
+// worker that execs the interpreter and execs the small init (init_path) that
 // reaps orphans and reports the worker's wait status. Never returns.
 [[noreturn]] void RunChild(const ChildPlan& plan);
 

@@ -119,6 +119,30 @@ int WorkerStdio() {
 
 namespace kiln::child {
 
+void FormatDecimal(char* out, size_t cap, unsigned v) {
+  char digits[12];
+  size_t d = 0, n = 0;
+  do {
+    digits[d++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0 && d < sizeof digits);
+  while (d > 0 && n + 1 < cap) out[n++] = digits[--d];
+  out[n] = '\0';
+}
+
+int ExecSandboxInit(const char* path, pid_t worker) {
+  char pid_text[16];
+  FormatDecimal(pid_text, sizeof pid_text, static_cast<unsigned>(worker));
+  char* const argv[] = {const_cast<char*>("kiln-sandbox-init"), pid_text, nullptr};
+  char* const envp[] = {nullptr};
+  if (::fcntl(kSyncFd, F_SETFD, 0) != 0) return -1;
+  ::execve(path, argv, envp);
+  const int e = errno;
+  ::fcntl(kSyncFd, F_SETFD, FD_CLOEXEC);
+  errno = e;
+  return -1;
+}
+
 void RunPooledInit(pid_t worker) {
   ::close(kCodeFd);
   ::close(kStdoutFd);

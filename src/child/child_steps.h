@@ -72,13 +72,23 @@ int ArrangeFds(int code_fd, int sync_fd, int stdout_fd, int stderr_fd);
 // The worker's stdio: the capture pipes onto 1 and 2.
 int WorkerStdio();
 
-// A pooled sandbox's pid 1 (zygote_child.cc, and the small init it execs,
-// sandbox_init.cc): reaps every orphan, reports the worker's wait status and
-// exits, which makes the kernel SIGKILL everything left in the namespace.
-// Unlike a cold sandbox's pid 1 (whose parent is its supervisor) its parent
-// is the zygote's pid 1, so a dead supervisor is noticed by its end of the
-// setup channel (kSyncFd) hanging up: then it exits, and the namespace dies
-// with it. Precondition: SIGCHLD blocked (it is read through a signalfd).
+// Decimal text of v, NUL-terminated, without snprintf (not async-signal-safe).
+void FormatDecimal(char* out, size_t cap, unsigned v);
+
+// Execs `path` (kiln-sandbox-init) as `kiln-sandbox-init WORKER_PID` with an
+// empty environment, the setup channel (kSyncFd) kept open across the exec.
+// Returns only when the exec failed: -1 with errno, kSyncFd close-on-exec
+// again. Call it as pid 1, once the worker is forked, with SIGCHLD blocked.
+int ExecSandboxInit(const char* path, pid_t worker);
+
+// The loop of every sandbox's pid 1 once it has forked the worker (that of
+// kiln-sandbox-init, sandbox_init.cc, which both a cold and a pooled pid 1
+// exec): reaps every orphan, reports the worker's wait status and exits,
+// which makes the kernel SIGKILL everything left in the namespace. A dead
+// supervisor is noticed by its end of the setup channel (kSyncFd) hanging up
+// (a pooled pid 1's parent is the zygote's pid 1, not the supervisor; a cold
+// one also has PR_SET_PDEATHSIG): then it exits, and the namespace dies with
+// it. Precondition: SIGCHLD blocked (it is read through a signalfd).
 [[noreturn]] void RunPooledInit(pid_t worker);
 
 }  // namespace kiln::child

@@ -36,18 +36,6 @@ alignas(64) char g_init_stack[256 * 1024];
 void* g_resume[5];
 const ZygoteChildPlan* g_plan = nullptr;
 
-// Decimal text of v, NUL-terminated, without snprintf (not async-signal-safe).
-void FormatDecimal(char* out, size_t cap, unsigned v) {
-  char digits[12];
-  size_t d = 0, n = 0;
-  do {
-    digits[d++] = static_cast<char>('0' + v % 10);
-    v /= 10;
-  } while (v != 0 && d < sizeof digits);
-  while (d > 0 && n + 1 < cap) out[n++] = digits[--d];
-  out[n] = '\0';
-}
-
 // "INSIDE OUTSIDE 1\n" without snprintf (not async-signal-safe).
 size_t FormatMapLine(char* out, size_t cap, unsigned inside, unsigned outside) {
   size_t n = 0;
@@ -180,12 +168,7 @@ void RunSandboxInit(const ZygoteChildPlan& plan) {
   //     the refill path). It keeps every layer (seccomp, Landlock, no_new_privs
   //     and the ids survive execve) and the setup channel (fd 4). If the exec
   //     fails we stay, as the same init in this memory.
-  char pid_text[16];
-  FormatDecimal(pid_text, sizeof pid_text, static_cast<unsigned>(worker));
-  char* const argv[] = {const_cast<char*>("kiln-sandbox-init"), pid_text, nullptr};
-  char* const envp[] = {nullptr};
-  if (::fcntl(kSyncFd, F_SETFD, 0) == 0) ::execve(plan.init_path, argv, envp);
-  ::fcntl(kSyncFd, F_SETFD, FD_CLOEXEC);
+  (void)ExecSandboxInit(plan.init_path, worker);
   RunPooledInit(worker);
 }
 

@@ -110,8 +110,9 @@ struct MountLayout {
   std::vector<Staged> mpl_cache_files;
   // Extra read-only binds, host path = sandbox path (profiles, later).
   std::vector<std::string> extra_ro_paths;
-  // A zygote's jail: the host directory of libkiln_zygote.so and
-  // kiln-sandbox-init, copied read-only to kZygoteLibPath.
+  // The host directory of libkiln_zygote.so and kiln-sandbox-init, copied
+  // read-only to kZygoteLibPath: a zygote's jail, and every cold sandbox
+  // (whose pid 1 execs the init).
   std::string zygote_lib_dir;
   // Mask /proc's host-revealing entries. Off only for a zygote's jail, whose
   // children each mount their own masked /proc over it (BuildPrivateMountPlan).

@@ -559,6 +559,10 @@ nlohmann::json PoolStatusJson(const std::optional<std::string>& no_pool, bool po
   std::map<std::string, zygote::PoolStatus> reported;
   std::map<std::string, std::pair<uint64_t, uint64_t>> takes;  // profile -> (hits, misses)
   std::map<pid_t, std::string> in_use;                         // supervisor -> profile
+  // supervisor -> the cgroup of the pooled sandbox it adopted: named by the
+  // pool process, not after the supervisor, so a dead supervisor's prefix
+  // sweep below would miss it.
+  std::map<pid_t, std::string> adopted_cgroups;
   const std::optional<std::string> no_pool = zygote::PoolUnavailableReason(config, host);
   auto start_pool = [&] {
     auto started = zygote::StartPoolProcess(config, host);
@@ -579,15 +583,26 @@ nlohmann::json PoolStatusJson(const std::optional<std::string>& no_pool, bool po
     int status = 0;
     while ((exited = ::waitpid(-1, &status, WNOHANG)) > 0) {
       in_use.erase(exited);
+      std::string adopted_cgroup;
+      if (auto a = adopted_cgroups.find(exited); a != adopted_cgroups.end()) {
+        adopted_cgroup = std::move(a->second);
+        adopted_cgroups.erase(a);
+      }
       if (exited != pool_pid &&
           (WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) != 0)) &&
           host.cgroups != nullptr) {
         // A supervisor that died (killed, or crashed) left its sandbox's
-        // cgroups behind: they are named after it ("sbx-<pid>-..."); its
-        // sandbox died with it (PDEATHSIG), and whatever is left is killed.
+        // cgroups behind: a cold sandbox's are named after it
+        // ("sbx-<pid>-..."), an adopted pooled sandbox's as the pool named
+        // it. Its sandbox died with it (a cold pid 1 by PDEATHSIG, a pooled
+        // one when the setup channel hung up), and whatever is left is
+        // killed.
         const std::string prefix = "sbx-" + std::to_string(exited) + "-";
-        auto removed = host.cgroups->RemoveStale(
-            [&prefix](const std::string& name) { return name.rfind(prefix, 0) == 0; });
+        auto removed =
+            host.cgroups->RemoveStale([&prefix, &adopted_cgroup](const std::string& name) {
+              return name.rfind(prefix, 0) == 0 ||
+                     (!adopted_cgroup.empty() && name == adopted_cgroup);
+            });
         if (removed.ok() && *removed > 0) {
           KILN_LOG_WARN("a supervisor (pid {}) died; removed {} cgroup(s) it left", exited,
                         *removed);
@@ -667,7 +682,10 @@ nlohmann::json PoolStatusJson(const std::optional<std::string>& no_pool, bool po
       stock.Clear();  // only our own sandbox's fds stay open
       RunJob(job, config, host, std::move(pooled));
     }
-    if (child > 0 && !pooled_profile.empty()) in_use[child] = pooled_profile;
+    if (child > 0 && !pooled_profile.empty()) {
+      in_use[child] = pooled_profile;
+      adopted_cgroups[child] = pooled->cgroup_name;
+    }
     ::close(job);
   }
 }

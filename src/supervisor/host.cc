@@ -88,6 +88,34 @@ Result<std::string> FindRuntimeDir() {
                             tried + " (set KILN_RUNTIME_DIR)");
 }
 
+Result<std::string> FindLibexecDir() {
+  std::vector<fs::path> candidates;
+  if (const char* env = std::getenv("KILN_ZYGOTE_LIB"); env != nullptr && *env != '\0') {
+    candidates.push_back(fs::path(env).parent_path());
+  } else {
+    std::error_code ec;
+    const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+    if (!ec) {
+      candidates.push_back(exe.parent_path() / "libexec" / "kiln");
+      candidates.push_back(exe.parent_path().parent_path() / "libexec" / "kiln");
+    }
+#ifdef KILN_LIBEXEC_BUILD_DIR
+    candidates.emplace_back(KILN_LIBEXEC_BUILD_DIR);
+#endif
+  }
+  for (const auto& c : candidates) {
+    std::error_code ec;
+    const fs::path init = c / "kiln-sandbox-init";
+    if (fs::is_regular_file(init, ec) && ::access(init.c_str(), X_OK) == 0) {
+      return fs::canonical(c, ec).string();
+    }
+  }
+  std::string tried;
+  for (const auto& c : candidates) tried += " " + c.string();
+  return FailedPrecondition("kiln-sandbox-init (the sandbox's pid 1) not found; tried" + tried +
+                            " (set KILN_ZYGOTE_LIB to libkiln_zygote.so beside it)");
+}
+
 std::string DefaultCacheDir() {
   if (const char* env = std::getenv("KILN_CACHE_DIR"); env != nullptr && *env != '\0') return env;
   if (::geteuid() == 0) return "/var/cache/kiln";
@@ -153,6 +181,7 @@ void FinishCgroupWarmUp(pid_t helper) {
 Result<HostContext> LoadHostContext() {
   HostContext ctx;
   KILN_ASSIGN_OR_RETURN(ctx.runtime_dir, FindRuntimeDir());
+  KILN_ASSIGN_OR_RETURN(ctx.libexec_dir, FindLibexecDir());
   ctx.cgroups = isolation::CgroupManager::Detect(isolation::CgroupHostOptions{});
   auto landlock = isolation::PlanLandlock();
   if (landlock.ok()) {

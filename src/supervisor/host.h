@@ -25,7 +25,11 @@ struct HostContext {
   std::string landlock_error;                       // why, when unavailable
   isolation::BpfProgram seccomp;
   int last_cap = 40;
-  std::string runtime_dir;    // host directory holding kiln_runtime/
+  std::string runtime_dir;  // host directory holding kiln_runtime/
+  // Host directory holding kiln-sandbox-init (and libkiln_zygote.so), bound
+  // read-only at /opt/kiln/lib in every sandbox: a cold sandbox's pid 1 execs
+  // the init once it has forked the worker (docs/setup-sequence.md, C22).
+  std::string libexec_dir;
   std::string cache_dir;      // font cache etc.
   std::string slot_lock_dir;  // uid slot locks (root mode)
   // cgroup v1: cgroup.procs of our own cgroup in one hierarchy, for the
@@ -34,7 +38,7 @@ struct HostContext {
 };
 
 // Builds the context. Fails only when a piece kiln cannot work without is
-// missing (the runtime directory, a seccomp filter).
+// missing (the runtime directory, kiln-sandbox-init, a seccomp filter).
 Result<HostContext> LoadHostContext();
 
 // cgroup v1 only: the first attach after a quiet period waits for an RCU grace
@@ -68,6 +72,10 @@ std::vector<UniqueFd> OpenFontCache(const HostContext& host,
 // The runtime directory: $KILN_RUNTIME_DIR, else next to the binary
 // (<exe>/../runtime for a build tree, <exe>/../share/kiln/runtime installed).
 Result<std::string> FindRuntimeDir();
+// The directory of kiln-sandbox-init: that of $KILN_ZYGOTE_LIB when set (the
+// zygote's library lives beside it), else libexec/kiln beside the binary, else
+// <exe>/../libexec/kiln, else the one this build made.
+Result<std::string> FindLibexecDir();
 // $KILN_CACHE_DIR, else /var/cache/kiln (root) or $XDG_CACHE_HOME/kiln.
 std::string DefaultCacheDir();
 

@@ -128,6 +128,8 @@ std::string DescribeFailure(const SyncMessage& m, const isolation::MountPlan& mo
       s += " (" + (target.empty() ? std::string("/") : target) + ")";
     }
   }
+  if (step == SetupStep::kForkWorker && m.detail == child::kDetailExecInit)
+    s += " (exec of " + std::string(child::kSandboxInitPath) + ")";
   if (m.err > 0) s += ": " + std::string(std::strerror(m.err));
   if (step == SetupStep::kStageFiles && m.err == ENOSPC)
     s += " (the files exceed the workspace size)";
@@ -904,6 +906,11 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
   // The runtime directory is copied into the sandbox from fds opened here,
   // so it may live anywhere (mount_ns.h).
   layout.runtime_dir = host.runtime_dir;
+  // kiln-sandbox-init, which pid 1 execs once the worker is forked (C22).
+  if (host.libexec_dir.empty()) {
+    return FailedPrecondition("kiln-sandbox-init (the sandbox's pid 1) was not found");
+  }
+  layout.zygote_lib_dir = host.libexec_dir;
   layout.extra_ro_paths = policy.extra_ro_mounts();
   KILN_ASSIGN_OR_RETURN(s.mounts, isolation::BuildMountPlan(layout));
 
@@ -968,6 +975,7 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
   plan.argv = s.argv.Finish();
   plan.envp = s.envp.Finish();
   plan.cwd = isolation::kWorkspacePath;
+  plan.init_path = child::kSandboxInitPath;
   s.t_planned = Clock::now();
   s.phases.plan_ms = Ms(s.t_start, s.t_planned);
 

@@ -7,9 +7,20 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <future>
+#include <optional>
+#include <random>
+#include <set>
+#include <sstream>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "testlib/host_facts.h"
 #include "testlib/kiln_runner.h"
+#include "testlib/procs.h"
 
 namespace kiln::testing {
 namespace {
@@ -113,6 +124,101 @@ attempt("init alive: kill(1, 0)", lambda: os.kill(1, 0))
   EXPECT_EQ(r.out(), "kill(-1, SIGKILL): OK\nchild killed by: 9\ninit alive: kill(1, 0): OK\n")
       << r.Describe();
   EXPECT_EQ(::kill(sleeper.pid(), 0), 0) << "the host process was killed";
+}
+
+// The innermost pid of `pid` (the last field of NSpid in /proc/PID/status).
+std::optional<long> InnermostPid(pid_t pid) {
+  std::istringstream status(ReadFile("/proc/" + std::to_string(pid) + "/status").value_or(""));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("NSpid:", 0) != 0) continue;
+    std::istringstream fields(line.substr(6));
+    long last = -1;
+    for (long v; fields >> v;) last = v;
+    if (last >= 0) return last;
+  }
+  return std::nullopt;
+}
+
+TEST_F(PidNamespaceEscape, Pid1IsTheSmallInitNotACopyOfTheSupervisor) {
+  // Layer: pid 1 execs kiln-sandbox-init once it has forked the worker
+  // (docs/setup-sequence.md C22; a pooled one Z18). Before, a cold pid 1 was
+  // a fork of the supervisor that never exec'd: its memory (heap, libstdc++,
+  // libsqlite3, whatever `kiln serve` had opened before forking) stayed
+  // mapped in a process of the sandbox. Checked from the host, as root (pid
+  // 1 is hidden from the program, hidepid=ptraceable, and non-dumpable): the
+  // program names itself with a marker, the test finds it, and reads its
+  // parent's (pid 1's) /proc/PID/exe and maps.
+  if (!HostIsRoot()) {
+    GTEST_SKIP()
+        << "reading a non-dumpable pid 1's /proc/PID/exe and maps from the host needs root";
+  }
+  const std::string marker = "k1-" + std::to_string(::getpid() % 100000) + "-" +
+                             std::to_string(std::random_device{}() % 10000);  // <= 15 chars (comm)
+  ASSERT_LE(marker.size(), 15u);
+  auto run = std::async(std::launch::async, [&marker] {
+    return RunProbe("MARKER = b'" + marker + R"PY('
+import signal, time
+woken = []
+signal.signal(signal.SIGUSR1, lambda *a: woken.append(1))
+libc.prctl(15, MARKER, 0, 0, 0)  # PR_SET_NAME: the host finds us by it
+for _ in range(600):
+    if woken:
+        break
+    time.sleep(0.1)
+print("woken" if woken else "never woken")
+)PY");
+  });
+  std::optional<ProcInfo> worker;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!worker && std::chrono::steady_clock::now() < deadline &&
+         run.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+    for (auto& p : AllProcs()) {
+      if (p.comm == marker && p.state != 'Z') worker = p;
+    }
+  }
+  ASSERT_TRUE(worker.has_value()) << "the program never showed up as " << marker;
+  const pid_t init = worker->ppid;
+  const std::string base = "/proc/" + std::to_string(init);
+  // What the test looks at is the sandbox's pid 1, parent of its pid 2.
+  EXPECT_EQ(InnermostPid(worker->pid), 2) << "the marked process is not the worker";
+  EXPECT_EQ(InnermostPid(init), 1) << "the worker's parent is not pid 1 of its namespace";
+  std::error_code ec;
+  const std::string exe = std::filesystem::read_symlink(base + "/exe", ec).string();
+  const std::optional<std::string> maps = ReadFile(base + "/maps");
+  // Done looking: let the program go.
+  ::kill(worker->pid, SIGUSR1);
+  const JsonRun r = run.get();
+  EXPECT_EQ(r.status(), "ok") << r.Describe();
+  EXPECT_EQ(r.out(), "woken\n") << r.Describe();
+
+  ASSERT_FALSE(ec) << "readlink " << base << "/exe: " << ec.message();
+  EXPECT_EQ(std::filesystem::path(exe).filename(), "kiln-sandbox-init") << exe;
+  ASSERT_TRUE(maps.has_value() && !maps->empty()) << "cannot read " << base << "/maps";
+  // Every mapping is the init's own, the C library's and the dynamic
+  // loader's, or the kernel's ([stack], [vdso], [vvar]..., anonymous pages): no
+  // kiln binary, libstdc++, libsqlite3, libseccomp, no [heap] (the init never
+  // allocates; a copy of the supervisor would bring its heap).
+  std::set<std::string> foreign;
+  std::istringstream lines(*maps);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream fields(line);
+    std::string range, perms, offset, dev, inode, path;
+    fields >> range >> perms >> offset >> dev >> inode;
+    std::getline(fields >> std::ws, path);
+    if (path.empty()) continue;  // anonymous
+    const std::string name = std::filesystem::path(path).filename().string();
+    const bool ok = name == "kiln-sandbox-init" || name.rfind("libc.so", 0) == 0 ||
+                    name.rfind("ld-linux", 0) == 0 || path == "[stack]" ||
+                    path.rfind("[v", 0) == 0;  // [vdso], [vvar], [vvar_vclock], [vsyscall]
+    if (!ok) foreign.insert(path);
+  }
+  std::string all;
+  for (const auto& f : foreign) all += "  " + f + "\n";
+  EXPECT_TRUE(foreign.empty()) << "pid 1 maps what is not the small init's:\n"
+                               << all << "maps:\n"
+                               << *maps;
 }
 
 }  // namespace

@@ -7,9 +7,12 @@
 //
 // Killed here, one after the other, each by its pid (they are all this
 // test's own descendants): the spawner, the pool process, a zygote, a
-// session's supervisor, and pid 1 of a running sandbox.
+// session's supervisor, and pid 1 of a running sandbox. And, on its own, the
+// supervisor of a running pooled execution: its sandbox and cgroups go too.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,11 +24,13 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "testlib/host_facts.h"
 #include "testlib/http_client.h"
 #include "testlib/kiln_runner.h"
 #include "testlib/kiln_server.h"
@@ -43,6 +48,67 @@ using kiln_server_detail::Trim;
 using kiln_server_detail::WaitFor;
 
 std::vector<ProcInfo> ChildrenOf(pid_t parent) { return ChildProcs(parent); }
+
+// "hierarchy id" -> path, from /proc/PID/cgroup ("ID:CONTROLLERS:PATH" lines).
+std::map<std::string, std::string> CgroupPaths(pid_t pid) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(ReadFile("/proc/" + std::to_string(pid) + "/cgroup").value_or(""));
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    out[line.substr(0, a)] = line.substr(b + 1);
+  }
+  return out;
+}
+
+// The host directories of the cgroups `pid` was moved into that `reference`
+// (a kiln process that forked it, indirectly) is not in: the sandbox's own,
+// in every hierarchy where it has one. Each listed `pid` in its cgroup.procs.
+std::vector<std::string> OwnCgroupDirs(pid_t pid, pid_t reference) {
+  const auto mine = CgroupPaths(pid), theirs = CgroupPaths(reference);
+  std::vector<std::string> dirs;
+  for (const auto& [id, path] : mine) {
+    const auto t = theirs.find(id);
+    if (t != theirs.end() && t->second == path) continue;
+    for (const std::string& mount : HostCgroupMountPoints()) {
+      const std::string dir = mount + path;
+      std::istringstream procs(ReadFile(dir + "/cgroup.procs").value_or(""));
+      for (std::string p; std::getline(procs, p);) {
+        if (p == std::to_string(pid)) dirs.push_back(dir);
+      }
+    }
+  }
+  std::sort(dirs.begin(), dirs.end());
+  dirs.erase(std::unique(dirs.begin(), dirs.end()), dirs.end());
+  return dirs;
+}
+
+// The number of pid levels of `pid` (fields of NSpid in /proc/PID/status):
+// 2 for a cold sandbox's process, 3 for a pooled one's (host, zygote, own).
+size_t PidLevels(pid_t pid) {
+  std::istringstream status(ReadFile("/proc/" + std::to_string(pid) + "/status").value_or(""));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("NSpid:", 0) != 0) continue;
+    std::istringstream fields(line.substr(6));
+    size_t n = 0;
+    for (long v; fields >> v;) ++n;
+    return n;
+  }
+  return 0;
+}
+
+// Whether one of `pid`'s fds is a pidfd of `target` (its fdinfo says "Pid:").
+bool HoldsPidfdOf(pid_t pid, pid_t target) {
+  std::error_code ec;
+  const std::string want = "Pid:\t" + std::to_string(target) + "\n";
+  for (const auto& e :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fdinfo", ec)) {
+    if (ReadFile(e.path().string()).value_or("").find(want) != std::string::npos) return true;
+  }
+  return false;
+}
 
 std::optional<pid_t> ChildNamed(pid_t parent, const std::string& comm) {
   const auto kids = ChildProcs(parent, comm);
@@ -251,6 +317,91 @@ TEST_F(Recovery, EveryKindOfProcessKilledUnderLoad) {
   const HttpResponse killed = sleeper.get();
   EXPECT_EQ(killed.status, 200) << killed.Describe();
   EXPECT_NE(Parse(killed).value("status", "ok"), "ok") << killed.Describe();
+  EXPECT_TRUE(Recovered());
+}
+
+TEST_F(Recovery, AKilledSupervisorTakesItsPooledSandboxAndCgroupsWithIt) {
+  // A pooled sandbox's cgroups are named by the pool process, not after the
+  // supervisor that adopts it, and its pid 1 is not the supervisor's child
+  // (no parent-death signal): when that supervisor is SIGKILLed, its sandbox
+  // must still die (pid 1 sees the setup channel hang up) and the spawner
+  // must remove the cgroups it left, as it does a cold sandbox's.
+  if (!HostIsRoot()) GTEST_SKIP() << "the warm pool needs root";
+  if (auto no = CgroupLimitsMissingReason()) GTEST_SKIP() << "the warm pool needs cgroups: " << *no;
+  const bool stocked = WaitFor(
+      [&] {
+        const json pool = Parse(server_.Get("/readyz", 5s));
+        const json* p = pool.is_object() ? &pool : nullptr;
+        for (const char* k : {"pool", "profiles", "default"}) {
+          p = p != nullptr && p->contains(k) && (*p)[k].is_object() ? &(*p)[k] : nullptr;
+        }
+        return p != nullptr && p->value("ready", 0) >= 1;
+      },
+      60s);
+  ASSERT_TRUE(stocked) << "no pooled sandbox ready within 60 s: "
+                       << Parse(server_.Get("/readyz", 5s)).dump();
+  const std::string marker = "ks-" + std::to_string(::getpid() % 100000);  // comm: <= 15 chars
+  auto sleeper = std::async(std::launch::async, [this, &marker] {
+    return Post("/v1/execute", {{"code",
+                                 "import ctypes, time\n"
+                                 "ctypes.CDLL(None).prctl(15, b'" +
+                                     marker +
+                                     "', 0, 0, 0)\n"
+                                     "time.sleep(30)\n"}});
+  });
+  std::optional<ProcInfo> worker;
+  const bool running = WaitFor(
+      [&] {
+        for (auto& p : AllProcs()) {
+          if (p.comm == marker && p.state != 'Z') worker = p;
+        }
+        return worker.has_value();
+      },
+      30s);
+  ASSERT_TRUE(running) << "the execution never showed up as " << marker;
+  const pid_t init = worker->ppid;
+  ASSERT_EQ(PidLevels(worker->pid), 3u) << "not a pooled sandbox (NSpid of its worker)";
+  const std::vector<std::string> cgroups = OwnCgroupDirs(worker->pid, Spawner());
+  ASSERT_FALSE(cgroups.empty()) << "the sandbox is in no cgroup of its own";
+  std::optional<pid_t> supervisor;
+  for (const auto& p : ChildrenOf(Spawner())) {
+    if (p.comm == "kiln-supervise" && HoldsPidfdOf(p.pid, init)) supervisor = p.pid;
+  }
+  ASSERT_TRUE(supervisor.has_value()) << "no supervisor holds a pidfd of the sandbox's pid 1";
+  // pidfds, so that a reused pid cannot pass for the sandbox's processes.
+  const int init_fd = static_cast<int>(::syscall(SYS_pidfd_open, init, 0));
+  const int worker_fd = static_cast<int>(::syscall(SYS_pidfd_open, worker->pid, 0));
+  ASSERT_GE(init_fd, 0);
+  ASSERT_GE(worker_fd, 0);
+
+  ASSERT_EQ(::kill(*supervisor, SIGKILL), 0);
+  auto exited = [](int fd) {
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 1;
+  };
+  std::vector<std::string> left = cgroups;
+  const bool gone = WaitFor(
+      [&] {
+        left.clear();
+        for (const auto& d : cgroups) {
+          std::error_code ec;
+          if (std::filesystem::exists(d, ec)) left.push_back(d);
+        }
+        return exited(init_fd) && exited(worker_fd) && left.empty();
+      },
+      5s);
+  std::string dirs;
+  for (const auto& d : left) dirs += "  " + d + "\n";
+  EXPECT_TRUE(exited(init_fd)) << "the sandbox's pid 1 outlived its supervisor";
+  EXPECT_TRUE(exited(worker_fd)) << "the sandbox's worker outlived its supervisor";
+  EXPECT_TRUE(left.empty()) << "cgroups left behind 5 s after the supervisor died:\n" << dirs;
+  EXPECT_TRUE(gone);
+  ::close(init_fd);
+  ::close(worker_fd);
+  const HttpResponse killed = sleeper.get();
+  // It answers (whatever it says: its supervisor is gone), and does not hang.
+  EXPECT_FALSE(killed.status == 200 && Parse(killed).value("status", "") == "ok")
+      << killed.Describe();
   EXPECT_TRUE(Recovered());
 }
 

@@ -13,9 +13,11 @@
 #include <optional>
 #include <string>
 
+#include "base/units.h"
 #include "cli/commands.h"
 #include "config/config.h"
 #include "isolation/host_probe.h"
+#include "isolation/mount_ns.h"
 #include "mcp/http_backend.h"
 #include "policy/policy.h"
 #include "supervisor/sandbox.h"
@@ -33,6 +35,35 @@ struct DoctorFlags {
   std::string server;  // --server URL: a running kiln serve's pool too
 };
 
+// The built-in default profile's I/O caps, "read 256 MiB/s, 8000 iops; ...".
+std::string DescribeIo(const policy::IoLimits& io) {
+  auto rate = [](uint64_t bps) { return bps == 0 ? std::string("max") : FormatSize(bps) + "/s"; };
+  auto ops = [](uint64_t n) { return n == 0 ? std::string("max") : std::to_string(n); };
+  return "read " + rate(io.read_bps) + ", " + ops(io.read_iops) + " iops; write " +
+         rate(io.write_bps) + ", " + ops(io.write_iops) + " iops";
+}
+
+// The default profile's limits (the built-in kiln.toml), as a sandbox gets them.
+policy::Limits DefaultProfileLimits() {
+  const config::Config& c = config::BuiltinConfig();
+  auto profile = c.Find(c.server.default_profile);
+  if (!profile.ok()) return {};
+  auto b = config::PolicyFor(**profile, {});
+  if (!b.ok()) return {};
+  auto pol = b->Build();
+  return pol.ok() ? pol->limits() : policy::Limits{};
+}
+
+// The block devices a default sandbox reads from: its mount plan's binds.
+Result<std::vector<isolation::BlockDevice>> DefaultSandboxIoDevices(
+    const supervisor::HostContext& host) {
+  isolation::MountLayout layout;
+  layout.runtime_dir = host.runtime_dir;
+  layout.workspace_bytes = layout.tmp_bytes = layout.shm_bytes = 1 << 20;
+  KILN_ASSIGN_OR_RETURN(isolation::MountPlan plan, isolation::BuildMountPlan(layout));
+  return supervisor::SandboxIoDevices(plan);
+}
+
 }  // namespace
 
 nlohmann::json DoctorReport(bool smoke_test) {
@@ -43,6 +74,8 @@ nlohmann::json DoctorReport(bool smoke_test) {
 
   LayerReport cg{"cgroup", LayerState::kMissing, "", ::geteuid() == 0};
   LayerReport rt{"runtime", LayerState::kMissing, "", true};
+  // Best effort (docs/threat-model.md): a sandbox without them still runs.
+  LayerReport io{"io limits", LayerState::kDegraded, "", false};
   if (host.ok()) {
     const auto& m = *host->cgroups;
     std::string ctrls;
@@ -51,18 +84,36 @@ nlohmann::json DoctorReport(bool smoke_test) {
     if (m.mode() == isolation::CgroupMode::kNone) {
       cg.detail += "; falls back to rlimits (RLIMIT_DATA, RLIMIT_NPROC, RLIMIT_CPU)";
       if (::geteuid() != 0) cg.state = LayerState::kDegraded;
+      io.detail = "no cgroups here, so no I/O limits";
     } else {
-      // Really create one: detection says what is mounted, not what we may use.
-      auto probe = host->cgroups->Create("doctor-probe-" + std::to_string(::getpid()),
-                                         {64ULL << 20, 16, 0.5});
+      // Really create one, with the default profile's I/O caps on the devices
+      // a default sandbox reads: detection says what is mounted, not what we
+      // may use.
+      isolation::CgroupLimits probe_limits{64ULL << 20, 16, 0.5, {}, {}};
+      const policy::IoLimits caps = DefaultProfileLimits().io;
+      probe_limits.io = {caps.read_bps, caps.write_bps, caps.read_iops, caps.write_iops};
+      auto devices = DefaultSandboxIoDevices(*host);
+      if (devices.ok()) probe_limits.io_devices = *devices;
+      auto probe =
+          host->cgroups->Create("doctor-probe-" + std::to_string(::getpid()), probe_limits);
       if (probe.ok()) {
         cg.state = LayerState::kAvailable;
         cg.detail = std::string(isolation::ToString(m.mode())) + " (" + ctrls + "): " + m.reason();
+        const std::string& note = (*probe)->io_note();
+        if (!devices.ok()) {
+          io.detail = "cannot plan a sandbox's mounts: " + devices.error().ToString();
+        } else if (note.rfind("io limits on ", 0) == 0) {
+          io.state = LayerState::kAvailable;
+          io.detail = note + ": " + DescribeIo(caps) + " (the default profile's)";
+        } else {
+          io.detail = note + "; sandboxes run without I/O limits";
+        }
         (void)(*probe)->Remove();
       } else {
         cg.state = ::geteuid() == 0 ? LayerState::kMissing : LayerState::kDegraded;
         cg.detail = "cannot create a sandbox cgroup: " + probe.error().ToString() +
                     "; falls back to rlimits (RLIMIT_DATA, RLIMIT_NPROC, RLIMIT_CPU)";
+        io.detail = "no sandbox cgroup here, so no I/O limits";
       }
     }
     rt.state = LayerState::kAvailable;
@@ -70,8 +121,10 @@ nlohmann::json DoctorReport(bool smoke_test) {
   } else {
     rt.detail = host.error().ToString();
     cg.detail = "not probed: " + host.error().ToString();
+    io.detail = "not probed: " + host.error().ToString();
   }
   layers.push_back(cg);
+  layers.push_back(io);
   layers.push_back(rt);
   // The warm pool (docs/adr/0011-zygote.md) of kiln serve with the built-in
   // configuration: what this host allows; a configuration may still turn it off.

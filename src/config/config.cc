@@ -138,6 +138,45 @@ Result<LimitSpec> ParseLimits(const std::string& source, const toml::table& t,
   return spec;
 }
 
+// An I/O cap: "max" (no limit, stored as 0), or a positive rate: bytes per
+// second as a size ("256m") or integer for the *_bps keys, an integer for
+// the *_iops ones. The minimums are PolicyBuilder's.
+Result<uint64_t> IoValue(const std::string& source, const toml::node& node, const std::string& key,
+                         bool bytes) {
+  if (auto s = node.value<std::string>(); s && node.is_string() && *s == "max") return uint64_t{0};
+  const char* what = bytes ? "bytes per second (\"256m\", or an integer) or \"max\""
+                           : "operations per second (an integer) or \"max\"";
+  uint64_t v = 0;
+  if (bytes && node.is_string()) {
+    KILN_ASSIGN_OR_RETURN(v, SizeValue(source, node, key));
+  } else if (node.is_integer()) {
+    KILN_ASSIGN_OR_RETURN(v, CountValue(source, node, key));
+  } else {
+    return KeyError(source, node, key, std::string("must be ") + what);
+  }
+  if (v == 0) return KeyError(source, node, key, "must be positive (\"max\" for no limit)");
+  return v;
+}
+
+Result<IoSpec> ParseIo(const std::string& source, const toml::table& t, const std::string& prefix) {
+  IoSpec spec;
+  for (const auto& [k, node] : t) {
+    const std::string key(k.str());
+    const std::string full = prefix + "." + key;
+    if (key == "read_bps" || key == "write_bps") {
+      KILN_ASSIGN_OR_RETURN(uint64_t v, IoValue(source, node, full, true));
+      (key == "read_bps" ? spec.read_bps : spec.write_bps) = v;
+    } else if (key == "read_iops" || key == "write_iops") {
+      KILN_ASSIGN_OR_RETURN(uint64_t v, IoValue(source, node, full, false));
+      (key == "read_iops" ? spec.read_iops : spec.write_iops) = v;
+    } else {
+      return KeyError(source, node, full,
+                      "unknown key (known: read_bps, write_bps, read_iops, write_iops)");
+    }
+  }
+  return spec;
+}
+
 Result<Profile> ParseProfile(const std::string& source, const std::string& name,
                              const toml::table& t) {
   Profile p;
@@ -177,10 +216,14 @@ Result<Profile> ParseProfile(const std::string& source, const std::string& name,
       if (sub == nullptr) return KeyError(source, node, full, "must be a table");
       KILN_ASSIGN_OR_RETURN(LimitSpec spec, ParseLimits(source, *sub, full));
       (key == "defaults" ? p.defaults : p.max) = spec;
+    } else if (key == "io") {
+      const toml::table* sub = node.as_table();
+      if (sub == nullptr) return KeyError(source, node, full, "must be a table");
+      KILN_ASSIGN_OR_RETURN(p.io, ParseIo(source, *sub, full));
     } else {
       return KeyError(source, node, full,
                       "unknown key (known: interpreter, preload, import_policy, modules, mounts, "
-                      "max_images, max_image_bytes, pool, defaults, max)");
+                      "max_images, max_image_bytes, pool, defaults, max, io)");
     }
   }
   if (mode == "denylist") {
@@ -449,6 +492,10 @@ Result<policy::PolicyBuilder> PolicyFor(const Profile& profile, const LimitSpec&
   if (auto v = pick(request.pids, profile.defaults.pids)) b.Pids(*v);
   if (auto v = pick(request.output_bytes, profile.defaults.output_bytes)) b.OutputLimit(*v);
   if (auto v = pick(request.disk_bytes, profile.defaults.disk_bytes)) b.Disk(*v);
+  if (profile.io.read_bps) b.IoReadBps(*profile.io.read_bps);
+  if (profile.io.write_bps) b.IoWriteBps(*profile.io.write_bps);
+  if (profile.io.read_iops) b.IoReadIops(*profile.io.read_iops);
+  if (profile.io.write_iops) b.IoWriteIops(*profile.io.write_iops);
   b.Imports(profile.imports);
   b.Preload(profile.preload);
   if (profile.max_images) b.MaxImages(*profile.max_images);

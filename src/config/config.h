@@ -30,6 +30,15 @@ struct LimitSpec {
   std::optional<uint64_t> disk_bytes;
 };
 
+// [profiles.NAME.io]: block I/O caps of the profile's sandboxes (a request
+// cannot change them). Unset: policy::IoLimits' default; 0: "max", no limit.
+struct IoSpec {
+  std::optional<uint64_t> read_bps;
+  std::optional<uint64_t> write_bps;
+  std::optional<uint64_t> read_iops;
+  std::optional<uint64_t> write_iops;
+};
+
 struct Profile {
   std::string name;
   std::string interpreter = "/usr/bin/python3";
@@ -40,6 +49,7 @@ struct Profile {
   std::optional<uint64_t> max_image_bytes;
   LimitSpec defaults;
   LimitSpec max;
+  IoSpec io;
   bool pool = true;  // `pool = false`: the server never uses a zygote for it
 };
 

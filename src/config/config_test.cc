@@ -50,6 +50,15 @@ TEST(Config, BadValuesNameTheKey) {
       {"[profiles.a.defaults]\nmemory = \"1m\"\n", "memory"},
       {"profiles = 3\n", "profiles"},
       {"[profiles.a\n", "t.toml:1"},
+      {"[profiles.a]\nio = 3\n", "profiles.a.io"},
+      {"[profiles.a.io]\nread_bps = 0\n", "t.toml:2: profiles.a.io.read_bps: must be positive"},
+      {"[profiles.a.io]\nread_bps = \"fast\"\n", "t.toml:2: profiles.a.io.read_bps"},
+      {"[profiles.a.io]\nwrite_bps = 1.5\n", "t.toml:2: profiles.a.io.write_bps"},
+      {"[profiles.a.io]\nread_iops = \"100\"\n", "t.toml:2: profiles.a.io.read_iops"},
+      {"[profiles.a.io]\nwrite_iops = -1\n", "t.toml:2: profiles.a.io.write_iops"},
+      {"[profiles.a.io]\nread_bps = \"512k\"\n", "profiles.a: io.read_bps: must be at least"},
+      {"[profiles.a.io]\nread_iops = 2\n", "profiles.a: io.read_iops: must be at least"},
+      {"[profiles.a.io]\nbps = \"1m\"\n", "t.toml:2: profiles.a.io.bps: unknown key"},
   };
   for (const auto& c : cases) {
     auto r = ParseConfig(c.toml, "t.toml");
@@ -94,6 +103,36 @@ memory = "1g"
   auto over_t = PolicyFor(p, t);
   ASSERT_FALSE(over_t.ok());
   EXPECT_EQ(over_t.error().message.rfind("timeout:", 0), 0u);
+}
+
+TEST(Config, IoLimitsPerProfile) {
+  auto c = ParseConfig(R"(
+[profiles.p]
+[profiles.p.io]
+read_bps = "4m"
+write_bps = "max"
+read_iops = 100
+write_iops = "max"
+[profiles.q]
+)",
+                       "t.toml");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  auto p = PolicyFor(c->profiles.at("p"), {});
+  ASSERT_TRUE(p.ok());
+  auto pol = p->Build();
+  ASSERT_TRUE(pol.ok()) << pol.error().message;
+  EXPECT_EQ(pol->limits().io.read_bps, 4u << 20);
+  EXPECT_EQ(pol->limits().io.write_bps, 0u);  // no limit
+  EXPECT_EQ(pol->limits().io.read_iops, 100u);
+  EXPECT_EQ(pol->limits().io.write_iops, 0u);
+  // A profile without [io] gets the generous defaults.
+  auto q = PolicyFor(c->profiles.at("q"), {});
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->Build()->limits().io.read_bps, policy::IoLimits{}.read_bps);
+  // The shipped profiles say what they use.
+  auto d = PolicyFor(**BuiltinConfig().Find("default"), {});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->Build()->limits().io.read_bps, 256u << 20);
 }
 
 TEST(Config, ServerAndTenants) {

@@ -2,8 +2,10 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +13,8 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <set>
 #include <thread>
@@ -28,6 +32,8 @@ constexpr uint64_t kCpuPeriodUsec = 100000;
 constexpr uint64_t kMinCpuQuotaUsec = 1000;
 constexpr double kMaxCpus = 1 << 20;
 constexpr std::string_view kEnableV2Controllers = "+memory +pids +cpu";
+// Enabled on its own after those: best effort (IoSupport), never a refusal.
+constexpr std::string_view kEnableV2Io = "+io";
 constexpr size_t kMaxReadBytes = 4 << 20;
 constexpr auto kRemoveRetryFor = std::chrono::milliseconds(200);
 constexpr auto kRemoveRetryStep = std::chrono::milliseconds(5);
@@ -704,6 +710,8 @@ namespace {
 struct V2Choice {
   Probe probe;
   std::string root, own_dir, parent;
+  bool io = false;  // the parent (or its nearest existing ancestor) may have io
+  std::string io_dir;
 };
 
 V2Choice ProbeV2(const std::vector<MountinfoCgroup>& mounts,
@@ -748,7 +756,10 @@ V2Choice ProbeV2(const std::vector<MountinfoCgroup>& mounts,
     c.probe.why = "cgroup v2 is mounted but " + text.error().ToString();
     return c;
   }
-  std::vector<std::string> missing = Missing(ControllerSet(*text));
+  const std::set<std::string> available = ControllerSet(*text);
+  std::vector<std::string> missing = Missing(available);
+  c.io = available.count("io") != 0;
+  c.io_dir = probe_dir;
   if (missing.size() == LimitControllers().size()) {
     c.probe.why = "cgroup v2 is mounted but delegates no memory/pids/cpu controllers";
   } else if (!missing.empty()) {
@@ -765,6 +776,7 @@ struct V1Choice {
   Probe probe;
   std::vector<std::pair<std::string, std::string>> parents;  // controller -> dir
   std::vector<std::string> controllers;
+  std::string no_blkio;  // why blkio is not among them; empty when it is
 };
 
 V1Choice ProbeV1(const std::vector<MountinfoCgroup>& mounts,
@@ -777,8 +789,9 @@ V1Choice ProbeV1(const std::vector<MountinfoCgroup>& mounts,
   std::vector<std::string> wanted = LimitControllers();
   wanted.emplace_back("cpuacct");  // cpu usage (the cpu controller has none in v1)
   wanted.emplace_back("freezer");  // race-free KillAll
+  wanted.emplace_back("blkio");    // I/O limits (best effort)
   for (const auto& ctrl : wanted) {
-    bool required = ctrl != "cpuacct" && ctrl != "freezer";
+    bool required = ctrl != "cpuacct" && ctrl != "freezer" && ctrl != "blkio";
     const std::string* own = OwnPath(paths, ctrl);
     // No line for it in /proc/self/cgroup: we are in that hierarchy's root.
     std::string own_path = own != nullptr ? *own : "/";
@@ -797,10 +810,12 @@ V1Choice ProbeV1(const std::vector<MountinfoCgroup>& mounts,
     }
     if (mount == nullptr) {
       if (required) missing.push_back(ctrl);
+      if (ctrl == "blkio") c.no_blkio = "cgroup v1 has no blkio hierarchy";
       continue;
     }
     if (!fs.Exists(*own_dir)) {
       if (required && invisible.empty()) invisible = *own_dir;
+      if (ctrl == "blkio") c.no_blkio = "our cgroup directory " + *own_dir + " does not exist";
       continue;
     }
     c.controllers.push_back(ctrl);
@@ -832,6 +847,7 @@ std::unique_ptr<CgroupManager> CgroupManager::Detect(const CgroupHostOptions& op
   if (!mountinfo.ok() || !self.ok()) {
     m->reason_ =
         (!mountinfo.ok() ? mountinfo.error() : self.error()).ToString() + std::string(kNoLimits);
+    m->io_ = {false, "no usable cgroup hierarchy"};
     return m;
   }
   std::vector<MountinfoCgroup> mounts = ParseCgroupMounts(*mountinfo);
@@ -847,22 +863,28 @@ std::unique_ptr<CgroupManager> CgroupManager::Detect(const CgroupHostOptions& op
       m->v2_root_ = v2.root;
       m->v2_own_dir_ = v2.own_dir;
       m->v2_parent_ = v2.parent;
+      m->io_ =
+          v2.io ? IoSupport{true, "cgroup v2 io"}
+                : IoSupport{false, "cgroup v2 does not delegate the io controller to " + v2.io_dir};
       return m;
     }
     v2_why = v2.probe.why;
   }
   if (options.force_mode == CgroupMode::kV2) {
     m->reason_ = v2_why + " (v2 forced)" + std::string(kNoLimits);
+    m->io_ = {false, "no usable cgroup hierarchy"};
     return m;
   }
   V1Choice v1 = ProbeV1(mounts, paths, options.parent, *m->fs_);
   if (!v1.probe.usable) {
     m->reason_ = v2_why + "; " + v1.probe.why + std::string(kNoLimits);
+    m->io_ = {false, "no usable cgroup hierarchy"};
     return m;
   }
   m->mode_ = CgroupMode::kV1;
   m->controllers_ = v1.controllers;
   m->v1_parents_ = std::move(v1.parents);
+  m->io_ = v1.no_blkio.empty() ? IoSupport{true, "cgroup v1 blkio"} : IoSupport{false, v1.no_blkio};
   m->reason_ = v2_why + "; using cgroup v1 (" + JoinNames(m->controllers_, ", ") + ")";
   return m;
 }
@@ -876,6 +898,8 @@ std::unique_ptr<CgroupManager> CgroupManager::ForV2(std::string hierarchy_root, 
   m->v2_parent_ = JoinPath(hierarchy_root, parent);
   m->v2_root_ = std::move(hierarchy_root);
   m->reason_ = "cgroup v2 at " + m->v2_root_ + " (explicit)";
+  // Whether io is delegated is found by EnsureV2Parent at the first Create.
+  m->io_ = {true, "cgroup v2 io"};
   return m;
 }
 
@@ -888,6 +912,10 @@ std::unique_ptr<CgroupManager> CgroupManager::ForV1(
   for (const auto& [c, dir] : controller_parents) m->controllers_.push_back(c);
   m->v1_parents_ = std::move(controller_parents);
   m->reason_ = "cgroup v1 (" + JoinNames(m->controllers_, ", ") + ", explicit)";
+  const bool blkio =
+      std::find(m->controllers_.begin(), m->controllers_.end(), "blkio") != m->controllers_.end();
+  m->io_ = blkio ? IoSupport{true, "cgroup v1 blkio"}
+                 : IoSupport{false, "cgroup v1 has no blkio hierarchy"};
   return m;
 }
 
@@ -908,6 +936,8 @@ Status CgroupManager::EnsureParent() {
 // cgroup from the deepest one that already has them available (its
 // cgroup.controllers lists them: the delegation point) down to the parent of
 // the sandboxes. The cgroups above the delegation point are not ours to touch.
+// "+io" follows, on its own and best effort: where the delegation point does
+// not have it, or a write is refused, sandboxes go without I/O limits (io_).
 Status CgroupManager::EnsureV2Parent() {
   std::vector<std::string> chain;  // parent first, delegation point last
   for (std::string dir = v2_parent_;; dir = DirName(dir)) {
@@ -922,6 +952,13 @@ Status CgroupManager::EnsureV2Parent() {
                       SetupStep::kCgroupCreate);
     }
   }
+  // io rides along where the delegation point has it; best effort below.
+  if (io_.available) {
+    auto text = fs_->ReadFile(JoinPath(chain.back(), "cgroup.controllers"));
+    if (!text.ok() || ControllerSet(*text).count("io") == 0) {
+      io_ = {false, "cgroup v2 does not delegate the io controller to " + chain.back()};
+    }
+  }
   for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
     const std::string& dir = *it;
     if (!fs_->Exists(dir)) {
@@ -931,19 +968,30 @@ Status CgroupManager::EnsureV2Parent() {
     }
     std::string control = JoinPath(dir, "cgroup.subtree_control");
     KILN_ASSIGN_OR_RETURN(std::string enabled, fs_->ReadFile(control));
-    if (Missing(ControllerSet(enabled)).empty()) continue;
-    Status s = fs_->WriteFile(control, kEnableV2Controllers);
-    if (!s.ok() && s.error().sys_errno == EBUSY && dir == v2_own_dir_ && !v2_own_dir_.empty()) {
-      KILN_TRY(MoveOwnProcessesToSupervisorLeaf());
-      s = fs_->WriteFile(control, kEnableV2Controllers);
-    }
-    if (!s.ok()) {
-      Error e = WithStep(std::move(s).error(), SetupStep::kCgroupCreate);
-      if (e.sys_errno == EBUSY) {
-        e.message += " (the cgroup holds processes: cgroup v2's no-internal-process rule)";
+    KILN_TRY(EnableV2Required(dir, control, ControllerSet(enabled)));
+    if (io_.available && ControllerSet(enabled).count("io") == 0) {
+      if (Status s = fs_->WriteFile(control, kEnableV2Io); !s.ok()) {
+        io_ = {false, "cannot enable the io controller: " + s.error().ToString()};
       }
-      return e;
     }
+  }
+  return OkStatus();
+}
+
+Status CgroupManager::EnableV2Required(const std::string& dir, const std::string& control,
+                                       const std::set<std::string>& enabled) {
+  if (Missing(enabled).empty()) return OkStatus();
+  Status s = fs_->WriteFile(control, kEnableV2Controllers);
+  if (!s.ok() && s.error().sys_errno == EBUSY && dir == v2_own_dir_ && !v2_own_dir_.empty()) {
+    KILN_TRY(MoveOwnProcessesToSupervisorLeaf());
+    s = fs_->WriteFile(control, kEnableV2Controllers);
+  }
+  if (!s.ok()) {
+    Error e = WithStep(std::move(s).error(), SetupStep::kCgroupCreate);
+    if (e.sys_errno == EBUSY) {
+      e.message += " (the cgroup holds processes: cgroup v2's no-internal-process rule)";
+    }
+    return e;
   }
   return OkStatus();
 }
@@ -1023,6 +1071,65 @@ Result<std::unique_ptr<Cgroup>> CgroupManager::Create(std::string_view name,
   return mode_ == CgroupMode::kV2 ? CreateV2(n, limits) : CreateV1(n, limits);
 }
 
+IoSupport CgroupManager::io_support() const {
+  std::lock_guard<std::mutex> lock(parent_mu_);
+  return io_;
+}
+
+// v2: one io.max line per device, "MAJ:MIN rbps=.. wbps=.. riops=.. wiops=..",
+// "max" for no limit. v1: one "MAJ:MIN VALUE" write per device and limit to
+// blkio.throttle.{read,write}_{bps,iops}_device (0 there would mean "remove
+// the rule", so unset limits are not written). `dir`: the cgroup's directory
+// in the io (v2) or blkio (v1) hierarchy; empty when v1 has no blkio.
+std::string CgroupManager::ApplyIoLimits(const std::string& dir, const CgroupLimits& limits) {
+  const IoLimits& io = limits.io;
+  if (!io.any()) return "no io limits (none asked for)";
+  IoSupport support = io_support();
+  std::string why_none;
+  if (!support.available || dir.empty()) {
+    why_none = support.available ? "cgroup v1 has no blkio hierarchy" : support.why;
+  } else if (limits.io_devices.empty()) {
+    why_none = "no block device with a request queue behind the sandbox's files";
+  }
+  std::vector<std::string> applied, failed;
+  if (why_none.empty()) {
+    for (const BlockDevice& d : limits.io_devices) {
+      const std::string dev = std::to_string(d.major) + ":" + std::to_string(d.minor);
+      Status s;
+      if (mode_ == CgroupMode::kV2) {
+        auto v = [](uint64_t x) { return x == 0 ? std::string("max") : std::to_string(x); };
+        s = fs_->WriteFile(JoinPath(dir, "io.max"),
+                           dev + " rbps=" + v(io.read_bps) + " wbps=" + v(io.write_bps) +
+                               " riops=" + v(io.read_iops) + " wiops=" + v(io.write_iops));
+      } else {
+        const std::pair<const char*, uint64_t> files[] = {
+            {"blkio.throttle.read_bps_device", io.read_bps},
+            {"blkio.throttle.write_bps_device", io.write_bps},
+            {"blkio.throttle.read_iops_device", io.read_iops},
+            {"blkio.throttle.write_iops_device", io.write_iops}};
+        for (const auto& [file, value] : files) {
+          if (value == 0 || !s.ok()) continue;
+          s = fs_->WriteFile(JoinPath(dir, file), dev + " " + std::to_string(value));
+        }
+      }
+      (s.ok() ? applied : failed)
+          .push_back(s.ok() ? ToString(d) : ToString(d) + ": " + s.error().ToString());
+    }
+    if (applied.empty()) why_none = JoinNames(failed, "; ");
+  }
+  std::string note =
+      why_none.empty() ? "io limits on " + JoinNames(applied, ", ") : "no io limits: " + why_none;
+  if (why_none.empty() && !failed.empty()) note += "; not on " + JoinNames(failed, "; ");
+  if (!why_none.empty() || !failed.empty()) {
+    std::lock_guard<std::mutex> lock(parent_mu_);
+    if (!io_note_logged_) {
+      io_note_logged_ = true;
+      KILN_LOG_WARN("cgroup {}: {} (logged once)", ToString(mode_), note);
+    }
+  }
+  return note;
+}
+
 Result<std::unique_ptr<Cgroup>> CgroupManager::CreateV2(const std::string& name,
                                                         const CgroupLimits& limits) {
   std::string dir = JoinPath(v2_parent_, name);
@@ -1055,6 +1162,7 @@ Result<std::unique_ptr<Cgroup>> CgroupManager::CreateV2(const std::string& name,
   // An OOM kills the whole sandbox (4.19+), not one process that the rest of
   // the program might survive in a half-broken state.
   KILN_TRY(WriteControl(*fs_, dir, "memory.oom.group", "1"));
+  cg->set_io_note(ApplyIoLimits(dir, limits));
   KILN_ASSIGN_OR_RETURN(UniqueFd fd, fs_->OpenDir(dir));
   cg->set_dir_fd(std::move(fd));
   return std::unique_ptr<Cgroup>(std::move(cg));
@@ -1128,7 +1236,81 @@ Result<std::unique_ptr<Cgroup>> CgroupManager::CreateV1(const std::string& name,
     KILN_TRY(WriteControl(*fs_, *cpu, "cpu.cfs_period_us", std::to_string(kCpuPeriodUsec)));
     KILN_TRY(WriteControl(*fs_, *cpu, "cpu.cfs_quota_us", std::to_string(quota)));
   }
+  const std::string* blkio = cg->DirOf("blkio");
+  cg->set_io_note(ApplyIoLimits(blkio != nullptr ? *blkio : std::string(), limits));
   return std::unique_ptr<Cgroup>(std::move(cg));
+}
+
+std::string ToString(const BlockDevice& d) {
+  return std::to_string(d.major) + ":" + std::to_string(d.minor) + " (" + d.name + ")";
+}
+
+IoDeviceScan ScanIoDeviceNumbers(const std::vector<std::pair<std::string, dev_t>>& sources,
+                                 const std::string& sysfs) {
+  IoDeviceScan out;
+  std::set<dev_t> seen;
+  for (const auto& [path, dev] : sources) {
+    if (!seen.insert(dev).second) continue;
+    const std::string num = std::to_string(major(dev)) + ":" + std::to_string(minor(dev));
+    if (major(dev) == 0) {
+      out.skipped.push_back(path + ": device " + num +
+                            " is not a block device (tmpfs, overlayfs, virtiofs, NFS, btrfs...)");
+      continue;
+    }
+    const std::string link = JoinPath(sysfs, "dev/block/" + num);
+    char resolved[PATH_MAX];
+    if (::realpath(link.c_str(), resolved) == nullptr) {
+      out.skipped.push_back(path + ": block device " + num + " is not in " + sysfs + " (" +
+                            std::strerror(errno) + ")");
+      continue;
+    }
+    std::string disk = resolved;
+    unsigned maj = major(dev), min = minor(dev);
+    struct stat st {};
+    if (::stat(JoinPath(disk, "partition").c_str(), &st) == 0) {
+      // A partition's directory sits in its disk's: limits go on the disk.
+      disk = DirName(disk);
+      UniqueFd fd(::open(JoinPath(disk, "dev").c_str(), O_RDONLY | O_CLOEXEC));
+      char buf[32] = {};
+      const ssize_t n = fd ? ::read(fd.get(), buf, sizeof buf - 1) : -1;
+      const std::string_view text = Trim(std::string_view(buf, n > 0 ? static_cast<size_t>(n) : 0));
+      const size_t colon = text.find(':');
+      auto dmaj = colon == std::string_view::npos ? std::nullopt : ParseU64(text.substr(0, colon));
+      auto dmin = colon == std::string_view::npos ? std::nullopt : ParseU64(text.substr(colon + 1));
+      if (!dmaj || !dmin) {
+        out.skipped.push_back(path + ": partition " + num + " has no readable disk in " + disk);
+        continue;
+      }
+      maj = static_cast<unsigned>(*dmaj);
+      min = static_cast<unsigned>(*dmin);
+    }
+    const std::string name = disk.substr(disk.find_last_of('/') + 1);
+    if (::stat(JoinPath(disk, "queue").c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      out.skipped.push_back(path + ": block device " + num + " (" + name +
+                            ") has no request queue to throttle");
+      continue;
+    }
+    BlockDevice d{maj, min, name};
+    if (std::find(out.devices.begin(), out.devices.end(), d) == out.devices.end())
+      out.devices.push_back(d);
+  }
+  return out;
+}
+
+IoDeviceScan ScanIoDevices(const std::vector<std::string>& paths, const std::string& sysfs) {
+  std::vector<std::pair<std::string, dev_t>> sources;
+  IoDeviceScan failed;
+  for (const auto& p : paths) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0) {
+      failed.skipped.push_back(p + ": stat: " + std::strerror(errno));
+      continue;
+    }
+    sources.emplace_back(p, st.st_dev);
+  }
+  IoDeviceScan out = ScanIoDeviceNumbers(sources, sysfs);
+  out.skipped.insert(out.skipped.begin(), failed.skipped.begin(), failed.skipped.end());
+  return out;
 }
 
 }  // namespace kiln::isolation

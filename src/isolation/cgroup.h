@@ -1,12 +1,15 @@
-// cgroup limits for one sandbox: memory (swap off), pids, cpu quota, and the
-// accounting read back after the run (cpu time, peak memory, OOM kills).
+// cgroup limits for one sandbox: memory (swap off), pids, cpu quota, I/O
+// throttling of the block devices it can read, and the accounting read back
+// after the run (cpu time, peak memory, OOM kills).
 //
 // Two implementations behind one interface (P16): cgroup v2, what production
 // hosts have, and cgroup v1 with the memory, pids, cpu(, cpuacct, freezer)
 // controllers, what the development machines have (docs/adr/0002). When neither
 // gives the three limit controllers, CgroupManager::Detect reports mode kNone
 // with the reason, and the caller falls back to rlimits and says so: never
-// silently.
+// silently. I/O limits (v2 io.max, v1 blkio.throttle.*) are best effort: the
+// io/blkio controller is used where the host has it, and its absence is
+// reported (io_support(), `kiln doctor`), never a refusal.
 //
 // Everything here runs in the supervisor. File access goes through CgroupFs so
 // that both implementations can be tested against a fake tree in a temporary
@@ -19,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -57,10 +61,40 @@ class CgroupFs {
   virtual Result<std::string> ReadAt(int fd);
 };
 
+// Throttling of the block I/O a sandbox causes, per device; 0 = no limit.
+// Only I/O that reaches a block device is throttled: page-cache hits are
+// free, and v1 cannot throttle buffered writes (writeback is not charged to
+// the writer's blkio cgroup); v2 can.
+struct IoLimits {
+  uint64_t read_bps = 0;  // bytes per second
+  uint64_t write_bps = 0;
+  uint64_t read_iops = 0;  // operations per second
+  uint64_t write_iops = 0;
+  bool any() const { return read_bps != 0 || write_bps != 0 || read_iops != 0 || write_iops != 0; }
+};
+
+// A whole disk with a request queue, as io.max and blkio.throttle.* want it
+// (a partition's limits must be set on its disk).
+struct BlockDevice {
+  unsigned major = 0;
+  unsigned minor = 0;
+  std::string name;  // the disk's sysfs name, e.g. "vda", "nvme0n1", "dm-0"
+  bool operator==(const BlockDevice& o) const { return major == o.major && minor == o.minor; }
+};
+std::string ToString(const BlockDevice& d);  // "254:0 (vda)"
+
 struct CgroupLimits {
   uint64_t memory_bytes = 0;  // 0 = no limit; swap is always off
   uint64_t pids = 0;          // 0 = no limit
   double cpus = 0;            // 0 = no quota; 1.5 = 150 ms per 100 ms period
+  IoLimits io;                // applied to each of io_devices, where the host can
+  std::vector<BlockDevice> io_devices;
+};
+
+// Whether sandboxes get I/O limits here, and why (not).
+struct IoSupport {
+  bool available = false;
+  std::string why;  // e.g. "cgroup v1 blkio", "cgroup v2 does not delegate io to /sys/..."
 };
 
 struct CgroupUsage {
@@ -109,6 +143,10 @@ class Cgroup {
   virtual Status Remove() = 0;
   // Human-readable location, for logs and --json.
   virtual std::string Describe() const = 0;
+  // What Create did about I/O limits: "io limits on 254:0 (vda)", or why none
+  // ("no io limits: ..."). Empty for an adopted cgroup.
+  const std::string& io_note() const { return io_note_; }
+  void set_io_note(std::string note) { io_note_ = std::move(note); }
   // Forgets the directories without touching them: another process (the
   // supervisor that took a pooled sandbox, through CgroupManager::Adopt)
   // owns them now. Destruction then does nothing.
@@ -116,6 +154,9 @@ class Cgroup {
 
  protected:
   Cgroup() = default;
+
+ private:
+  std::string io_note_;
 };
 
 struct CgroupHostOptions {
@@ -149,10 +190,18 @@ class CgroupManager {
   // memory/pids/cpu controllers; using cgroup v1 (memory, pids, cpu, cpuacct,
   // freezer)"; kNone reasons end in "; no cgroup limits".
   const std::string& reason() const { return reason_; }
-  // Controllers usable for sandboxes, e.g. {"memory","pids","cpu","cpuacct","freezer"}.
+  // Controllers usable for sandboxes, e.g. {"memory","pids","cpu","cpuacct","freezer","blkio"}.
   const std::vector<std::string>& controllers() const { return controllers_; }
+  // Whether Create can apply I/O limits: v2 with io available at the
+  // delegation point, v1 with a blkio hierarchy our cgroup is visible in.
+  // Known for sure only after the first Create (v2 enables io on the way down
+  // and may find it cannot).
+  IoSupport io_support() const;
 
   // Creates `name` under the parent and writes `limits`. kNone: kFailedPrecondition.
+  // I/O limits are best effort: without the controller, or when the kernel
+  // refuses a device's limit, the cgroup is made without them, the reason is
+  // in the cgroup's io_note() and logged once.
   // The first call also prepares the parent (creates it; v2: enables the
   // controllers on the way down, see EnsureV2Parent in cgroup.cc), so Detect()
   // itself changes nothing on the host. `name` must be one path component.
@@ -185,6 +234,9 @@ class CgroupManager {
   CgroupManager() = default;
   Status EnsureParent();
   Status EnsureV2Parent();
+  Status EnableV2Required(const std::string& dir, const std::string& control,
+                          const std::set<std::string>& enabled);
+  std::string ApplyIoLimits(const std::string& dir, const CgroupLimits& limits);
   Status MoveOwnProcessesToSupervisorLeaf();
   Result<std::unique_ptr<Cgroup>> CreateV2(const std::string& name, const CgroupLimits& limits);
   Result<std::unique_ptr<Cgroup>> CreateV1(const std::string& name, const CgroupLimits& limits);
@@ -197,10 +249,29 @@ class CgroupManager {
   std::string v2_own_dir_;  // absolute directory of our own cgroup; empty if unknown
   std::vector<std::pair<std::string, std::string>> v1_parents_;  // controller -> absolute dir
   std::shared_ptr<CgroupFs> fs_;
-  std::mutex parent_mu_;
+  mutable std::mutex parent_mu_;
   bool parent_ready_ = false;      // guarded by parent_mu_
   bool swap_note_logged_ = false;  // guarded by parent_mu_
+  IoSupport io_;                   // guarded by parent_mu_ (EnsureV2Parent may withdraw it)
+  bool io_note_logged_ = false;    // guarded by parent_mu_
 };
+
+// The block devices behind paths a sandbox can read (its read-only binds), for
+// CgroupLimits::io_devices: stat(2) each path, st_dev -> <sysfs>/dev/block/
+// MAJ:MIN, a partition -> its disk (the parent directory in sysfs), kept only
+// when the disk has a request queue (<disk>/queue). Paths on no block device
+// (major 0: tmpfs, overlayfs, virtiofs, NFS, btrfs subvolumes), or whose
+// device sysfs does not know, are listed in `skipped` with the reason.
+struct IoDeviceScan {
+  std::vector<BlockDevice> devices;  // distinct, in the order first met
+  std::vector<std::string> skipped;  // "<path>: <why>", one per distinct device
+};
+IoDeviceScan ScanIoDevices(const std::vector<std::string>& paths,
+                           const std::string& sysfs = "/sys");
+// The same from device numbers already known (the seam for tests: `sysfs` a
+// fake tree). `sources` pairs a path (for the messages) with its st_dev.
+IoDeviceScan ScanIoDeviceNumbers(const std::vector<std::pair<std::string, dev_t>>& sources,
+                                 const std::string& sysfs);
 
 // Pure helpers, exposed for unit tests.
 struct MountinfoCgroup {

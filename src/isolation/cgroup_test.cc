@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -224,6 +225,8 @@ class FakeCgroupFs : public CgroupFs {
     Put(dir, "pids.max", "max");
     Put(dir, "cpu.max", "max 100000");
     Put(dir, "cpu.stat", "usage_usec 0\nuser_usec 0\nsystem_usec 0\n");
+    // Like the kernel: io.max only where the io controller is enabled.
+    if (Tokens(controllers).count("io") != 0) Put(dir, "io.max", "");
   }
 
   void PopulateV1(const std::string& dir, const std::vector<std::string>& controllers) {
@@ -247,6 +250,12 @@ class FakeCgroupFs : public CgroupFs {
         Put(dir, "cpuacct.usage", "0");
       } else if (c == "freezer") {
         Put(dir, "freezer.state", "THAWED");
+      } else if (c == "blkio") {
+        for (const char* f :
+             {"blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
+              "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device"}) {
+          Put(dir, f, "");
+        }
       }
     }
   }
@@ -302,10 +311,13 @@ class FakeTreeTest : public ::testing::Test {
     return CgroupManager::ForV2(P("unified"), "/kiln", fs_);
   }
 
-  // The development host: cpu and cpuacct in separate hierarchies.
-  std::unique_ptr<CgroupManager> V1Manager() {
+  // The development host: cpu and cpuacct in separate hierarchies; blkio too
+  // when `blkio`.
+  std::unique_ptr<CgroupManager> V1Manager(bool blkio = false) {
     std::vector<std::pair<std::string, std::string>> parents;
-    for (const char* c : {"memory", "pids", "cpu", "cpuacct", "freezer"}) {
+    std::vector<const char*> controllers = {"memory", "pids", "cpu", "cpuacct", "freezer"};
+    if (blkio) controllers.push_back("blkio");
+    for (const char* c : controllers) {
       fs_->AddV1Hierarchy(P(c), {c});
       parents.emplace_back(c, P(std::string(c) + "/kiln"));
     }
@@ -347,10 +359,12 @@ TEST_F(CgroupV2, EnablesControllersOnTheWayToTheParent) {
   auto manager = CgroupManager::ForV2(P("unified"), "/a/kiln", fs_);
   auto cg = manager->Create("sbx", CgroupLimits{});
   ASSERT_TRUE(cg.ok()) << cg.error().ToString();
-  EXPECT_EQ(ReadText(P("unified/cgroup.subtree_control")), "cpu memory pids");
-  EXPECT_EQ(ReadText(P("unified/a/cgroup.subtree_control")), "cpu memory pids");
-  EXPECT_EQ(ReadText(P("unified/a/kiln/cgroup.subtree_control")), "cpu memory pids");
-  EXPECT_EQ(ReadText(P("unified/a/kiln/sbx/cgroup.controllers")), "cpu memory pids");
+  // io (best effort) rides along where the hierarchy offers it.
+  EXPECT_EQ(ReadText(P("unified/cgroup.subtree_control")), "cpu io memory pids");
+  EXPECT_EQ(ReadText(P("unified/a/cgroup.subtree_control")), "cpu io memory pids");
+  EXPECT_EQ(ReadText(P("unified/a/kiln/cgroup.subtree_control")), "cpu io memory pids");
+  EXPECT_EQ(ReadText(P("unified/a/kiln/sbx/cgroup.controllers")), "cpu io memory pids");
+  EXPECT_TRUE(manager->io_support().available) << manager->io_support().why;
   // The parent is prepared once, not per sandbox.
   size_t writes = fs_->writes.size();
   auto second = manager->Create("sbx2", CgroupLimits{});
@@ -559,7 +573,161 @@ TEST_F(CgroupV2, ExistingNameIsAnError) {
 // ---------------------------------------------------------------------------
 // cgroup v1
 
+// ---------------------------------------------------------------------------
+// I/O limits (best effort in both modes)
+
+CgroupLimits IoLimitsOn(std::vector<BlockDevice> devices) {
+  CgroupLimits limits = TypicalLimits();
+  limits.io = {100ull << 20, 50ull << 20, 1000, 500};
+  limits.io_devices = std::move(devices);
+  return limits;
+}
+
+const BlockDevice kVda{254, 0, "vda"};
+const BlockDevice kSda{8, 0, "sda"};
+
+// The writes to one control file, in order.
+std::vector<std::string> WritesTo(const FakeCgroupFs& fs, const std::string& path) {
+  std::vector<std::string> out;
+  for (const auto& [p, v] : fs.writes) {
+    if (p == path) out.push_back(v);
+  }
+  return out;
+}
+
+TEST_F(CgroupV2, WritesOneIoMaxLinePerDevice) {
+  auto manager = V2Manager();
+  auto cg = manager->Create("sbx", IoLimitsOn({kVda, kSda}));
+  ASSERT_TRUE(cg.ok()) << cg.error().ToString();
+  EXPECT_EQ(ReadText(P("unified/kiln/cgroup.subtree_control")), "cpu io memory pids");
+  EXPECT_EQ(WritesTo(*fs_, P("unified/kiln/sbx/io.max")),
+            (std::vector<std::string>{"254:0 rbps=104857600 wbps=52428800 riops=1000 wiops=500",
+                                      "8:0 rbps=104857600 wbps=52428800 riops=1000 wiops=500"}));
+  EXPECT_EQ((*cg)->io_note(), "io limits on 254:0 (vda), 8:0 (sda)");
+  EXPECT_TRUE(manager->io_support().available);
+}
+
+TEST_F(CgroupV2, AnUnsetIoLimitIsMax) {
+  auto manager = V2Manager();
+  CgroupLimits limits;
+  limits.io.read_bps = 4ull << 20;
+  limits.io_devices = {kVda};
+  auto cg = manager->Create("sbx", limits);
+  ASSERT_TRUE(cg.ok()) << cg.error().ToString();
+  EXPECT_EQ(ReadText(P("unified/kiln/sbx/io.max")),
+            "254:0 rbps=4194304 wbps=max riops=max wiops=max");
+}
+
+TEST_F(CgroupV2, NoIoLimitsAskedWritesNoIoMax) {
+  auto manager = V2Manager();
+  CgroupLimits limits = TypicalLimits();
+  limits.io_devices = {kVda};
+  auto cg = manager->Create("sbx", limits);
+  ASSERT_TRUE(cg.ok()) << cg.error().ToString();
+  EXPECT_FALSE(fs_->Wrote(P("unified/kiln/sbx/io.max")));
+  EXPECT_EQ((*cg)->io_note(), "no io limits (none asked for)");
+}
+
+TEST_F(CgroupV2, WithoutTheIoControllerTheSandboxRunsWithoutIoLimits) {
+  fs_->AddV2Hierarchy(P("unified"), "cpu memory pids");
+  auto manager = CgroupManager::ForV2(P("unified"), "/kiln", fs_);
+  auto cg = manager->Create("sbx", IoLimitsOn({kVda}));
+  ASSERT_TRUE(cg.ok()) << cg.error().ToString();
+  EXPECT_EQ(ReadText(P("unified/kiln/sbx/memory.max")), "536870912");
+  EXPECT_FALSE(fs::exists(P("unified/kiln/sbx/io.max")));
+  EXPECT_EQ(ReadText(P("unified/kiln/cgroup.subtree_control")), "cpu memory pids");
+  const IoSupport io = manager->io_support();
+  EXPECT_FALSE(io.available);
+  EXPECT_EQ(io.why, "cgroup v2 does not delegate the io controller to " + P("unified"));
+  EXPECT_EQ((*cg)->io_note(), "no io limits: " + io.why);
+}
+
+TEST_F(CgroupV2, NoThrottleableDeviceIsSaid) {
+  auto manager = V2Manager();
+  auto cg = manager->Create("sbx", IoLimitsOn({}));
+  ASSERT_TRUE(cg.ok()) << cg.error().ToString();
+  EXPECT_FALSE(fs_->Wrote(P("unified/kiln/sbx/io.max")));
+  EXPECT_EQ((*cg)->io_note(),
+            "no io limits: no block device with a request queue behind the sandbox's files");
+}
+
+TEST_F(CgroupV2, ARefusedIoMaxIsBestEffort) {
+  auto manager = V2Manager();
+  fs_->fail_writes[P("unified/kiln/sbx/io.max")] = ENODEV;
+  auto cg = manager->Create("sbx", IoLimitsOn({kVda}));
+  ASSERT_TRUE(cg.ok()) << cg.error().ToString();
+  EXPECT_EQ(ReadText(P("unified/kiln/sbx/pids.max")), "64");
+  EXPECT_TRUE(Contains((*cg)->io_note(), "no io limits: 254:0 (vda): "));
+  EXPECT_TRUE(Contains((*cg)->io_note(), P("unified/kiln/sbx/io.max")));
+}
+
+TEST_F(CgroupV2, ARefusedIoEnableIsBestEffort) {
+  // The three are enabled already; only the "+io" write is refused.
+  fs_->AddV2Hierarchy(P("unified"), "cpu io memory pids");
+  ASSERT_TRUE(fs_->WriteFile(P("unified/cgroup.subtree_control"), "+cpu +memory +pids").ok());
+  fs_->fail_writes[P("unified/cgroup.subtree_control")] = EACCES;
+  auto manager = CgroupManager::ForV2(P("unified"), "/kiln", fs_);
+  auto cg = manager->Create("sbx", IoLimitsOn({kVda}));
+  ASSERT_TRUE(cg.ok()) << cg.error().ToString();
+  EXPECT_EQ(ReadText(P("unified/kiln/sbx/cgroup.controllers")), "cpu memory pids");
+  const IoSupport io = manager->io_support();
+  EXPECT_FALSE(io.available);
+  EXPECT_TRUE(Contains(io.why, "cannot enable the io controller: ")) << io.why;
+  EXPECT_EQ((*cg)->io_note(), "no io limits: " + io.why);
+}
+
 class CgroupV1 : public FakeTreeTest {};
+
+TEST_F(CgroupV1, WritesEachBlkioThrottleFilePerDevice) {
+  auto manager = V1Manager(/*blkio=*/true);
+  EXPECT_TRUE(manager->io_support().available);
+  auto cg = manager->Create("sbx", IoLimitsOn({kVda, kSda}));
+  ASSERT_TRUE(cg.ok()) << cg.error().ToString();
+  const std::string dir = P("blkio/kiln/sbx");
+  EXPECT_EQ(WritesTo(*fs_, dir + "/blkio.throttle.read_bps_device"),
+            (std::vector<std::string>{"254:0 104857600", "8:0 104857600"}));
+  EXPECT_EQ(WritesTo(*fs_, dir + "/blkio.throttle.write_bps_device"),
+            (std::vector<std::string>{"254:0 52428800", "8:0 52428800"}));
+  EXPECT_EQ(WritesTo(*fs_, dir + "/blkio.throttle.read_iops_device"),
+            (std::vector<std::string>{"254:0 1000", "8:0 1000"}));
+  EXPECT_EQ(WritesTo(*fs_, dir + "/blkio.throttle.write_iops_device"),
+            (std::vector<std::string>{"254:0 500", "8:0 500"}));
+  EXPECT_EQ((*cg)->io_note(), "io limits on 254:0 (vda), 8:0 (sda)");
+  EXPECT_TRUE(Contains((*cg)->Describe(), "blkio"));
+}
+
+TEST_F(CgroupV1, AnUnsetIoLimitIsNotWritten) {
+  // 0 in a blkio.throttle file removes the device's rule: never written.
+  auto manager = V1Manager(/*blkio=*/true);
+  CgroupLimits limits;
+  limits.io.write_iops = 100;
+  limits.io_devices = {kVda};
+  auto cg = manager->Create("sbx", limits);
+  ASSERT_TRUE(cg.ok()) << cg.error().ToString();
+  const std::string dir = P("blkio/kiln/sbx");
+  EXPECT_EQ(WritesTo(*fs_, dir + "/blkio.throttle.write_iops_device"),
+            (std::vector<std::string>{"254:0 100"}));
+  for (const char* f : {"read_bps_device", "write_bps_device", "read_iops_device"}) {
+    EXPECT_FALSE(fs_->Wrote(dir + "/blkio.throttle." + f)) << f;
+  }
+}
+
+TEST_F(CgroupV1, WithoutBlkioTheSandboxRunsWithoutIoLimits) {
+  auto manager = V1Manager(/*blkio=*/false);
+  EXPECT_FALSE(manager->io_support().available);
+  auto cg = manager->Create("sbx", IoLimitsOn({kVda}));
+  ASSERT_TRUE(cg.ok()) << cg.error().ToString();
+  EXPECT_EQ(ReadText(P("memory/kiln/sbx/memory.limit_in_bytes")), "536870912");
+  EXPECT_EQ((*cg)->io_note(), "no io limits: cgroup v1 has no blkio hierarchy");
+}
+
+TEST_F(CgroupV1, ARefusedThrottleRuleIsBestEffortPerDevice) {
+  auto manager = V1Manager(/*blkio=*/true);
+  fs_->fail_writes[P("blkio/kiln/sbx/blkio.throttle.read_bps_device")] = EINVAL;
+  auto cg = manager->Create("sbx", IoLimitsOn({kVda}));
+  ASSERT_TRUE(cg.ok()) << cg.error().ToString();
+  EXPECT_TRUE(Contains((*cg)->io_note(), "no io limits: 254:0 (vda): ")) << (*cg)->io_note();
+}
 
 TEST_F(CgroupV1, CreateWritesLimitsInSeparateCpuAndCpuacctHierarchies) {
   auto manager = V1Manager();
@@ -1001,6 +1169,24 @@ TEST_F(Detect, PicksV2WhenControllersAreDelegated) {
   EXPECT_EQ(ReadText(dir + "/cgroup.controllers"), "cpu memory pids");
   EXPECT_EQ(ReadText(dir + "/cpu.max"), "150000 100000");
   EXPECT_FALSE(fs::exists(P("cgroup/system.slice/kiln.service/supervisor")));
+  // system.slice does not pass io on to kiln.service: no I/O limits, said.
+  EXPECT_EQ(manager->io_support().why, "cgroup v2 does not delegate the io controller to " +
+                                           P("cgroup/system.slice/kiln.service"));
+  EXPECT_FALSE(manager->io_support().available);
+}
+
+TEST_F(Detect, V2WithIoDelegatedEnablesItForSandboxes) {
+  auto options =
+      Options(ProductionMountinfo("cpu io memory pids"), "0::/system.slice/kiln.service\n");
+  auto manager = CgroupManager::Detect(options, fs_);
+  ASSERT_EQ(manager->mode(), CgroupMode::kV2) << manager->reason();
+  EXPECT_TRUE(manager->io_support().available) << manager->io_support().why;
+  auto cg = manager->Create("sbx", IoLimitsOn({kVda}));
+  ASSERT_TRUE(cg.ok()) << cg.error().ToString();
+  const std::string dir = P("cgroup/system.slice/kiln.service/kiln/sbx");
+  EXPECT_EQ(ReadText(dir + "/cgroup.controllers"), "cpu io memory pids");
+  EXPECT_EQ(ReadText(dir + "/io.max"), "254:0 rbps=104857600 wbps=52428800 riops=1000 wiops=500");
+  EXPECT_EQ((*cg)->io_note(), "io limits on 254:0 (vda)");
 }
 
 TEST_F(Detect, V2MovesOwnProcessesIntoSupervisorLeaf) {
@@ -1032,19 +1218,20 @@ TEST_F(Detect, PicksV1WhenV2DelegatesNothing) {
   ASSERT_EQ(manager->mode(), CgroupMode::kV1) << manager->reason();
   EXPECT_EQ(manager->reason(),
             "cgroup v2 is mounted but delegates no memory/pids/cpu controllers; using cgroup v1 "
-            "(memory, pids, cpu, cpuacct, freezer)");
+            "(memory, pids, cpu, cpuacct, freezer, blkio)");
   EXPECT_EQ(manager->controllers(),
-            (std::vector<std::string>{"memory", "pids", "cpu", "cpuacct", "freezer"}));
+            (std::vector<std::string>{"memory", "pids", "cpu", "cpuacct", "freezer", "blkio"}));
+  EXPECT_TRUE(manager->io_support().available) << manager->io_support().why;
   auto cg = manager->Create("sbx", TypicalLimits());
   ASSERT_TRUE(cg.ok()) << cg.error().ToString();
   // Nested under our own memory cgroup; at the root of the others.
   std::string memory = P("memory/process_api/66b6341798a393e8270ffbba43df87b6/kiln/sbx");
   EXPECT_EQ(ReadText(memory + "/memory.limit_in_bytes"), "536870912");
-  for (const char* c : {"pids", "cpu", "cpuacct", "freezer"}) {
+  for (const char* c : {"pids", "cpu", "cpuacct", "freezer", "blkio"}) {
     EXPECT_TRUE(fs::is_directory(P(std::string(c) + "/kiln/sbx"))) << c;
   }
   EXPECT_FALSE(fs::exists(P("cpuset/kiln")));
-  EXPECT_EQ((*cg)->Describe(), "v1:" + memory + " (+pids,cpu,cpuacct,freezer)");
+  EXPECT_EQ((*cg)->Describe(), "v1:" + memory + " (+pids,cpu,cpuacct,freezer,blkio)");
 }
 
 TEST_F(Detect, V2PartialDelegationNamesWhatIsMissing) {
@@ -1112,9 +1299,85 @@ TEST_F(Detect, ContainerMountRootMapsOurPath) {
       fs_);
   ASSERT_EQ(manager->mode(), CgroupMode::kV1) << manager->reason();
   EXPECT_EQ(manager->reason(), "cgroup v2 is not mounted; using cgroup v1 (memory, pids, cpu)");
+  EXPECT_EQ(manager->io_support().why, "cgroup v1 has no blkio hierarchy");
   auto cg = manager->Create("sbx", CgroupLimits{});
   ASSERT_TRUE(cg.ok()) << cg.error().ToString();
   EXPECT_TRUE(fs::is_directory(P("memory/kiln/sbx")));
+}
+
+// ---------------------------------------------------------------------------
+// Which block devices to throttle: a fake sysfs
+
+class IoDevices : public FakeTreeTest {
+ protected:
+  // <sysfs>/devices/<bus>/block/<disk>[/<part>] with dev files, and the
+  // /sys/dev/block/MAJ:MIN symlinks into it, as the kernel lays them out.
+  void AddDisk(const std::string& name, const std::string& num, bool queue = true) {
+    const std::string dir = P("sys/devices/virtual-bus/block/" + name);
+    fs::create_directories(dir);
+    WriteText(dir + "/dev", num + "\n");
+    if (queue) fs::create_directories(dir + "/queue");
+    Link(num, "../../devices/virtual-bus/block/" + name);
+  }
+  void AddPartition(const std::string& disk, const std::string& name, const std::string& num) {
+    const std::string dir = P("sys/devices/virtual-bus/block/" + disk + "/" + name);
+    fs::create_directories(dir);
+    WriteText(dir + "/dev", num + "\n");
+    WriteText(dir + "/partition", "1\n");
+    Link(num, "../../devices/virtual-bus/block/" + disk + "/" + name);
+  }
+  void Link(const std::string& num, const std::string& target) {
+    fs::create_directories(P("sys/dev/block"));
+    fs::create_symlink(target, P("sys/dev/block/" + num));
+  }
+  IoDeviceScan Scan(const std::vector<std::pair<std::string, dev_t>>& sources) {
+    return ScanIoDeviceNumbers(sources, P("sys"));
+  }
+};
+
+TEST_F(IoDevices, AWholeDiskIsItself) {
+  AddDisk("vda", "254:0");
+  const IoDeviceScan scan = Scan({{"/usr", makedev(254, 0)}});
+  ASSERT_EQ(scan.devices.size(), 1u);
+  EXPECT_EQ(ToString(scan.devices[0]), "254:0 (vda)");
+  EXPECT_TRUE(scan.skipped.empty());
+}
+
+TEST_F(IoDevices, APartitionResolvesToItsDisk) {
+  AddDisk("nvme0n1", "259:0");
+  AddPartition("nvme0n1", "nvme0n1p2", "259:2");
+  AddPartition("nvme0n1", "nvme0n1p3", "259:3");
+  const IoDeviceScan scan =
+      Scan({{"/usr", makedev(259, 2)}, {"/opt/data", makedev(259, 3)}, {"/etc", makedev(259, 2)}});
+  // Two partitions of one disk: one device, limited once.
+  ASSERT_EQ(scan.devices.size(), 1u);
+  EXPECT_EQ(ToString(scan.devices[0]), "259:0 (nvme0n1)");
+  EXPECT_TRUE(scan.skipped.empty());
+}
+
+TEST_F(IoDevices, WhatCannotBeThrottledIsSkippedWithTheReason) {
+  AddDisk("vda", "254:0");
+  AddDisk("nbd0", "43:0", /*queue=*/false);
+  const IoDeviceScan scan = Scan({{"/usr", makedev(0, 31)},  // overlayfs, tmpfs, virtiofs
+                                  {"/srv", makedev(7, 99)},  // not in sysfs
+                                  {"/mnt", makedev(43, 0)},  // no request queue
+                                  {"/opt", makedev(254, 0)}});
+  ASSERT_EQ(scan.devices.size(), 1u);
+  EXPECT_EQ(scan.devices[0], kVda);
+  ASSERT_EQ(scan.skipped.size(), 3u);
+  EXPECT_EQ(scan.skipped[0],
+            "/usr: device 0:31 is not a block device (tmpfs, overlayfs, virtiofs, NFS, btrfs...)");
+  EXPECT_TRUE(Contains(scan.skipped[1], "/srv: block device 7:99 is not in " + P("sys")));
+  EXPECT_EQ(scan.skipped[2], "/mnt: block device 43:0 (nbd0) has no request queue to throttle");
+}
+
+TEST(IoDevicesReal, StatsEachPathAndSkipsPseudoFilesystems) {
+  // /proc is procfs (an anonymous device, major 0) on every Linux host.
+  const IoDeviceScan scan = ScanIoDevices({"/proc", "/no/such/kiln/path"});
+  EXPECT_TRUE(scan.devices.empty());
+  ASSERT_EQ(scan.skipped.size(), 2u);
+  EXPECT_EQ(scan.skipped[0], "/no/such/kiln/path: stat: No such file or directory");
+  EXPECT_TRUE(Contains(scan.skipped[1], "/proc: device 0:")) << scan.skipped[1];
 }
 
 // ---------------------------------------------------------------------------
@@ -1167,6 +1430,8 @@ TEST(CgroupReal, V1CreateAttachUsageRemove) {
   limits.memory_bytes = 256ull << 20;
   limits.pids = 32;
   limits.cpus = 0.5;
+  limits.io.read_bps = 10ull << 20;
+  limits.io_devices = ScanIoDevices({"/usr"}).devices;
   auto cg = manager->Create(name, limits);
   ASSERT_TRUE(cg.ok()) << cg.error().ToString();
   SleepingChild child;
@@ -1193,6 +1458,15 @@ TEST(CgroupReal, V1CreateAttachUsageRemove) {
   ASSERT_FALSE(memory_dir.empty());
   EXPECT_TRUE(Contains(*real.ReadFile(memory_dir + "/cgroup.procs"), std::to_string(child.pid())));
   EXPECT_EQ(*real.ReadFile(memory_dir + "/memory.limit_in_bytes"), "268435456\n");
+  // The kernel's own listing of the throttle rule, where blkio and a block
+  // device behind /usr exist.
+  for (const auto& [c, path] : child_cgroups) {
+    if (c != "blkio" || !manager->io_support().available || limits.io_devices.empty()) continue;
+    const BlockDevice& d = limits.io_devices[0];
+    EXPECT_EQ(*real.ReadFile(RealDirOf(mounts, c, path) + "/blkio.throttle.read_bps_device"),
+              std::to_string(d.major) + ":" + std::to_string(d.minor) + " 10485760\n");
+    EXPECT_EQ((*cg)->io_note(), "io limits on " + ToString(d));
+  }
 
   ASSERT_TRUE((*cg)->KillAll().ok());
   EXPECT_EQ(child.WaitSignal(), SIGKILL);

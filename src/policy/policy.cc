@@ -137,6 +137,48 @@ PolicyBuilder& PolicyBuilder::Disk(uint64_t bytes) {
   return *this;
 }
 
+namespace {
+
+bool IoValueOk(uint64_t v, uint64_t min) { return v == 0 || v >= min; }
+
+}  // namespace
+
+PolicyBuilder& PolicyBuilder::IoReadBps(uint64_t bytes_per_s) {
+  if (!IoValueOk(bytes_per_s, kMinIoBps)) {
+    Fail("io.read_bps", "must be at least 1 MiB per second (\"1m\"), or \"max\" for no limit");
+  } else {
+    policy_.limits_.io.read_bps = bytes_per_s;
+  }
+  return *this;
+}
+
+PolicyBuilder& PolicyBuilder::IoWriteBps(uint64_t bytes_per_s) {
+  if (!IoValueOk(bytes_per_s, kMinIoBps)) {
+    Fail("io.write_bps", "must be at least 1 MiB per second (\"1m\"), or \"max\" for no limit");
+  } else {
+    policy_.limits_.io.write_bps = bytes_per_s;
+  }
+  return *this;
+}
+
+PolicyBuilder& PolicyBuilder::IoReadIops(uint64_t iops) {
+  if (!IoValueOk(iops, kMinIoIops)) {
+    Fail("io.read_iops", "must be at least 16 operations per second, or \"max\" for no limit");
+  } else {
+    policy_.limits_.io.read_iops = iops;
+  }
+  return *this;
+}
+
+PolicyBuilder& PolicyBuilder::IoWriteIops(uint64_t iops) {
+  if (!IoValueOk(iops, kMinIoIops)) {
+    Fail("io.write_iops", "must be at least 16 operations per second, or \"max\" for no limit");
+  } else {
+    policy_.limits_.io.write_iops = iops;
+  }
+  return *this;
+}
+
 PolicyBuilder& PolicyBuilder::Interpreter(std::string path) {
   if (path.empty() || path[0] != '/') {
     Fail("interpreter", "must be an absolute path (never looked up through PATH)");

@@ -46,6 +46,23 @@ enum class Requirement {
   kBestEffort,  // missing: the run goes on with the fallback, and says so
 };
 
+// Block I/O throttling (cgroup v2 io.max, v1 blkio.throttle.*) of the block
+// devices behind the sandbox's read-only files; 0 = no limit. Set per profile
+// ([profiles.NAME.io]), never per request. Generous by default: a cold import
+// of the scientific stack reads about 100 MB; the caps stop one sandbox from
+// taking the whole disk from the host and the other sandboxes, not normal
+// work. Best effort: a host without the io/blkio controller runs without them
+// (kiln doctor says so). The sandbox's writable mounts are all tmpfs, so the
+// write caps only matter if a profile ever binds something writable.
+struct IoLimits {
+  uint64_t read_bps = 256ULL << 20;   // bytes per second
+  uint64_t write_bps = 128ULL << 20;  // bytes per second
+  uint64_t read_iops = 8000;
+  uint64_t write_iops = 4000;
+};
+inline constexpr uint64_t kMinIoBps = 1ULL << 20;  // 1 MiB/s: python must still start
+inline constexpr uint64_t kMinIoIops = 16;
+
 // Limits, with their defaults. Every one is enforced by the supervisor or the
 // kernel, never trusted to the sandbox.
 struct Limits {
@@ -64,6 +81,7 @@ struct Limits {
   uint64_t tmp_bytes = 64ULL << 20;         // tmpfs cap of /tmp
   uint64_t shm_bytes = 64ULL << 20;         // tmpfs cap of /dev/shm
   uint64_t open_files = 1024;               // RLIMIT_NOFILE
+  IoLimits io;                              // [profiles.NAME.io]; best effort
 };
 
 // The per-process RLIMIT_CPU of a sandbox with these limits: the caller's
@@ -122,6 +140,12 @@ class PolicyBuilder final {
   PolicyBuilder& Pids(uint64_t pids);
   PolicyBuilder& OutputLimit(uint64_t bytes);
   PolicyBuilder& Disk(uint64_t bytes);
+  // I/O caps; 0 = no limit ("max" in kiln.toml), else at least kMinIoBps /
+  // kMinIoIops. Errors name the field ("io.read_bps").
+  PolicyBuilder& IoReadBps(uint64_t bytes_per_s);
+  PolicyBuilder& IoWriteBps(uint64_t bytes_per_s);
+  PolicyBuilder& IoReadIops(uint64_t iops);
+  PolicyBuilder& IoWriteIops(uint64_t iops);
   PolicyBuilder& Interpreter(std::string path);
   // `name` empty: the basename of host_path.
   PolicyBuilder& AddFile(std::string host_path, std::string name);

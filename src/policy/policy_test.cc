@@ -16,6 +16,36 @@ TEST(PolicyBuilder, DefaultsAreStrict) {
   EXPECT_EQ(p->landlock(), Requirement::kRequired);
 }
 
+TEST(PolicyBuilder, IoLimitsDefaultGenerousAndValidated) {
+  auto p = PolicyBuilder().Build();
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->limits().io.read_bps, 256u << 20);
+  EXPECT_EQ(p->limits().io.write_bps, 128u << 20);
+  EXPECT_EQ(p->limits().io.read_iops, 8000u);
+  EXPECT_EQ(p->limits().io.write_iops, 4000u);
+  // 0 is "max": no limit.
+  auto q = PolicyBuilder().IoReadBps(0).IoWriteBps(1u << 20).IoReadIops(16).IoWriteIops(0).Build();
+  ASSERT_TRUE(q.ok()) << q.error().message;
+  EXPECT_EQ(q->limits().io.read_bps, 0u);
+  EXPECT_EQ(q->limits().io.write_bps, 1u << 20);
+  EXPECT_EQ(q->limits().io.read_iops, 16u);
+  struct Case {
+    PolicyBuilder b;
+    const char* field;
+  } cases[] = {
+      {PolicyBuilder().IoReadBps((1u << 20) - 1), "io.read_bps: "},
+      {PolicyBuilder().IoWriteBps(4096), "io.write_bps: "},
+      {PolicyBuilder().IoReadIops(15), "io.read_iops: "},
+      {PolicyBuilder().IoWriteIops(1), "io.write_iops: "},
+  };
+  for (auto& c : cases) {
+    auto r = c.b.Build();
+    ASSERT_FALSE(r.ok()) << c.field;
+    EXPECT_EQ(r.error().message.rfind(c.field, 0), 0u) << r.error().message;
+    EXPECT_NE(r.error().message.find("\"max\""), std::string::npos) << r.error().message;
+  }
+}
+
 TEST(PolicyBuilder, CpuTimeFollowsTimeoutUnlessSet) {
   auto p = PolicyBuilder().WallTimeout(5).Build();
   ASSERT_TRUE(p.ok());

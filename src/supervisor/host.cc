@@ -10,14 +10,48 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 
+#include "base/log.h"
 #include "isolation/caps.h"
 #include "isolation/mount_ns.h"
 
 namespace kiln::supervisor {
 
 namespace fs = std::filesystem;
+
+std::vector<isolation::BlockDevice> SandboxIoDevices(const isolation::MountPlan& mounts) {
+  std::vector<std::string> sources;
+  std::set<std::string> seen;
+  for (const isolation::MountOp& op : mounts.ops()) {
+    const bool readable =
+        op.kind == isolation::MountOpKind::kBindRo || op.kind == isolation::MountOpKind::kOpenTree;
+    if (readable && op.source != nullptr && seen.insert(op.source).second)
+      sources.emplace_back(op.source);
+  }
+  isolation::IoDeviceScan scan = isolation::ScanIoDevices(sources);
+  // Once per process and set of reasons: the same binds come back every run.
+  static std::mutex mu;
+  static std::set<std::string> logged;
+  std::lock_guard<std::mutex> lock(mu);
+  for (const auto& why : scan.skipped) {
+    if (logged.insert(why).second) KILN_LOG_INFO("no io limits for {}", why);
+  }
+  return std::move(scan.devices);
+}
+
+isolation::CgroupLimits SandboxCgroupLimits(const policy::Limits& limits,
+                                            std::vector<isolation::BlockDevice> io_devices) {
+  isolation::CgroupLimits c;
+  c.memory_bytes = limits.memory_bytes;
+  c.pids = limits.pids;
+  c.cpus = limits.cpus;
+  c.io = {limits.io.read_bps, limits.io.write_bps, limits.io.read_iops, limits.io.write_iops};
+  c.io_devices = std::move(io_devices);
+  return c;
+}
 
 std::vector<std::string> SandboxEnvironment(
     double cpus, const std::vector<std::pair<std::string, std::string>>& extra) {

@@ -16,6 +16,7 @@
 #include "isolation/landlock.h"
 #include "isolation/mount_ns.h"
 #include "isolation/seccomp.h"
+#include "policy/policy.h"
 
 namespace kiln::supervisor {
 
@@ -61,6 +62,17 @@ void FinishCgroupWarmUp(pid_t helper);
 // adding. Shared by the cold path and the zygotes.
 std::vector<std::string> SandboxEnvironment(
     double cpus, const std::vector<std::pair<std::string, std::string>>& extra);
+
+// The block devices a sandbox with this mount plan can read from: those behind
+// the sources of its read-only binds (kBindRo, kOpenTree: /usr, /etc files,
+// the runtime, a profile's mounts), whole disks with a request queue
+// (isolation::ScanIoDevices). What has no such device (tmpfs, overlayfs,
+// virtiofs...) is logged once per process, as the reason it is not throttled.
+std::vector<isolation::BlockDevice> SandboxIoDevices(const isolation::MountPlan& mounts);
+// The cgroup limits of a sandbox: the policy's memory, pids, cpus and I/O
+// caps, the latter on `io_devices`.
+isolation::CgroupLimits SandboxCgroupLimits(const policy::Limits& limits,
+                                            std::vector<isolation::BlockDevice> io_devices);
 
 // The pre-built matplotlib font cache files (host.cache_dir/matplotlib/
 // fontlist-*.json), opened for a mount plan to copy into a sandbox's

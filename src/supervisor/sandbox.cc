@@ -989,10 +989,12 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
       have_cgroup && required && host.cgroups->mode() == isolation::CgroupMode::kV1;
   s.use_cgroup = have_cgroup;
   State* sp_state = &s;
-  auto create_cgroup = [sp_state, &host, &limits]() -> Status {
-    KILN_ASSIGN_OR_RETURN(
-        sp_state->cgroup,
-        host.cgroups->Create(UniqueCgroupName(), {limits.memory_bytes, limits.pids, limits.cpus}));
+  const isolation::CgroupLimits cgroup_limits =
+      have_cgroup ? SandboxCgroupLimits(limits, SandboxIoDevices(s.mounts))
+                  : isolation::CgroupLimits{};
+  auto create_cgroup = [sp_state, &host, &cgroup_limits]() -> Status {
+    KILN_ASSIGN_OR_RETURN(sp_state->cgroup,
+                          host.cgroups->Create(UniqueCgroupName(), cgroup_limits));
     return OkStatus();
   };
   if (have_cgroup && !create_after_clone) {

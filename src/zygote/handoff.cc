@@ -191,6 +191,8 @@ bool PoolEligible(const config::Config& config, const config::Profile& profile,
   return x.memory_bytes == y.memory_bytes && x.cpus == y.cpus && x.pids == y.pids &&
          x.workspace_bytes == y.workspace_bytes && x.tmp_bytes == y.tmp_bytes &&
          x.shm_bytes == y.shm_bytes && x.open_files == y.open_files &&
+         x.io.read_bps == y.io.read_bps && x.io.write_bps == y.io.write_bps &&
+         x.io.read_iops == y.io.read_iops && x.io.write_iops == y.io.write_iops &&
          // The pooled sandbox's RLIMIT_CPU must not fire before what the
          // request allows (the supervisor polls an explicit limit itself).
          policy::CpuBackstopSeconds(x, x.wall_timeout_s, true) <=

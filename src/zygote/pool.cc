@@ -155,7 +155,8 @@ Status Pool::Request() {
   std::random_device rd;
   p->cgroup_name = "sbx-" + std::to_string(::getpid()) + "-z" + std::to_string(serial_++) + "-" +
                    std::to_string(rd() % 1000000);
-  auto cg = host_.cgroups->Create(p->cgroup_name, {limits.memory_bytes, limits.pids, limits.cpus});
+  auto cg = host_.cgroups->Create(p->cgroup_name,
+                                  supervisor::SandboxCgroupLimits(limits, zygote_->io_devices()));
   if (!cg.ok()) {
     release();
     return std::move(cg).error();

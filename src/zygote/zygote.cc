@@ -200,6 +200,7 @@ Result<std::unique_ptr<Zygote>> Zygote::Start(const supervisor::HostContext& hos
   if (pid < 0) return ErrnoError("clone3 the zygote", errno, SetupStep::kClone);
   auto z = std::unique_ptr<Zygote>(new Zygote(std::move(block)));
   z->init_pid_ = pid;
+  z->io_devices_ = supervisor::SandboxIoDevices(mounts);
   z->init_pidfd_.Reset(pidfd);
   z->setup_ = std::move(setup_parent);
   z->control_ = std::move(control_parent);

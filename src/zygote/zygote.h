@@ -109,6 +109,9 @@ class Zygote final {
   int preload_failures() const { return preload_failures_; }
   unsigned max_slots() const { return kBlockSize - 1; }
   uid_t child_host_uid(unsigned slot) const { return block_.base() + 1 + slot; }
+  // The block devices behind the jail's read-only binds, which its children
+  // share: where their cgroups' I/O limits go (supervisor::SandboxIoDevices).
+  const std::vector<isolation::BlockDevice>& io_devices() const { return io_devices_; }
 
   // Asks for a sandbox in uid `slot` with these fds (the child's ends: setup
   // channel, runtime channel, stdout and stderr write ends).
@@ -129,6 +132,7 @@ class Zygote final {
   std::string profile_;
   std::string log_buf_;
   std::chrono::steady_clock::time_point started_{};
+  std::vector<isolation::BlockDevice> io_devices_;
 };
 
 }  // namespace kiln::zygote

@@ -41,6 +41,11 @@ std::pair<std::string, std::string> ExpectedState(const std::string& name) {
     const auto none = CgroupLimitsMissingReason();
     return {none ? "degraded" : "available", none.value_or(c.detail)};
   }
+  if (name == "io limits") {
+    // Best effort: degraded, never missing, where the host cannot throttle.
+    const HostFact& io = HostIoThrottle();
+    return {io.present ? "available" : "degraded", io.detail};
+  }
   if (name == "matplotlib font cache") {
     const auto missing = PythonModulesMissingReason({"matplotlib"});
     return {missing ? "degraded" : "available", missing.value_or("matplotlib is installed")};
@@ -81,7 +86,7 @@ TEST_F(Doctor, JsonSaysReadyAndListsEveryLayer) {
   for (const char* expected :
        {"user namespace", "pid namespace", "mount namespace", "network namespace", "ipc namespace",
         "uts namespace", "cgroup namespace", "seccomp", "no_new_privs", "landlock", "cgroup",
-        "runtime", "warm pool", "memfd noexec", "sandbox smoke test"}) {
+        "io limits", "runtime", "warm pool", "memfd noexec", "sandbox smoke test"}) {
     EXPECT_EQ(names.count(expected), 1u) << "no layer named '" << expected << "': " << p.out;
   }
 }

@@ -1,9 +1,12 @@
 #include "testlib/host_facts.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -221,6 +224,84 @@ HostFact ProbeCgroupControllers() {
   return f;
 }
 
+// The block device behind `path` that a throttle rule can name: its st_dev
+// in /sys/dev/block, a partition's disk, with a request queue.
+HostFact ThrottleableDiskOf(const std::string& path) {
+  HostFact f;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    f.detail = "stat " + path + ": " + std::strerror(errno);
+    return f;
+  }
+  const std::string num = std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev));
+  if (major(st.st_dev) == 0) {
+    f.detail = path + " is on device " + num + ", not a block device (overlayfs, tmpfs, ...)";
+    return f;
+  }
+  char real[PATH_MAX];
+  if (::realpath(("/sys/dev/block/" + num).c_str(), real) == nullptr) {
+    f.detail = path + " is on " + num + ", which /sys/dev/block does not list";
+    return f;
+  }
+  std::string disk = real;
+  if (::access((disk + "/partition").c_str(), F_OK) == 0) disk = disk.substr(0, disk.rfind('/'));
+  const std::string name = disk.substr(disk.rfind('/') + 1);
+  struct stat q {};
+  if (::stat((disk + "/queue").c_str(), &q) != 0 || !S_ISDIR(q.st_mode)) {
+    f.detail = path + " is on " + num + " (" + name + "), which has no request queue";
+    return f;
+  }
+  f.present = true;
+  f.detail = path + " is on " + num + ", disk " + name;
+  return f;
+}
+
+// kiln's sandboxes can get I/O limits here: the hierarchy kiln limits with
+// (v2 when our v2 cgroup offers memory, pids and cpu, else v1) has io
+// (v2: listed in our cgroup.controllers) or blkio (v1: mounted, our directory
+// writable), and /usr is on a block device with a request queue.
+HostFact ProbeIoThrottle() {
+  HostFact f;
+  const HostFact& cgroups = HostCgroupControllers();
+  if (!cgroups.present) {
+    f.detail = "no cgroup limits here: " + cgroups.detail;
+    return f;
+  }
+  std::map<std::string, std::string> own;
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1);
+    if (controllers.empty()) own[""] = line.substr(b + 1);
+    for (const auto& c : Split(controllers, ',')) own[c] = line.substr(b + 1);
+  }
+  const bool v2 = cgroups.detail.rfind("cgroup v2", 0) == 0;
+  std::string controller;
+  for (const auto& m : CgroupMounts()) {
+    if (v2 && m.v2 && own.count("")) {
+      const std::string dir = DirUnder(m, own[""]);
+      const auto listed = ReadFile(dir + "/cgroup.controllers");
+      std::string text = listed ? *listed : "";
+      for (char& c : text) c = c == '\n' ? ' ' : c;
+      if (Has(Split(text, ' '), "io")) controller = "cgroup v2 io at " + dir;
+    } else if (!v2 && !m.v2 && Has(m.controllers, "blkio") && own.count("blkio")) {
+      const std::string dir = DirUnder(m, own["blkio"]);
+      if (::access(dir.c_str(), W_OK) == 0) controller = "cgroup v1 blkio at " + dir;
+    }
+  }
+  if (controller.empty()) {
+    f.detail = v2 ? "cgroup v2 does not offer io to our cgroup"
+                  : "cgroup v1 has no blkio hierarchy of ours that we may write";
+    return f;
+  }
+  const HostFact disk = ThrottleableDiskOf("/usr");
+  f.present = disk.present;
+  f.detail = controller + "; " + disk.detail;
+  return f;
+}
+
 std::string DebianPackageOf(const std::string& module) {
   if (module == "PIL") return "python3-pil";
   if (module == "sklearn") return "python3-sklearn";
@@ -248,6 +329,11 @@ bool HostIsRoot() { return ::geteuid() == 0; }
 
 const HostFact& HostCgroupControllers() {
   static const HostFact fact = ProbeCgroupControllers();
+  return fact;
+}
+
+const HostFact& HostIoThrottle() {
+  static const HostFact fact = ProbeIoThrottle();
   return fact;
 }
 

@@ -55,6 +55,12 @@ bool HostIsRoot();
 // /proc/self/cgroup and access(2).
 const HostFact& HostCgroupControllers();
 
+// kiln can cap a sandbox's block I/O here: the cgroup hierarchy it limits with
+// offers io (v2, in our cgroup.controllers) or blkio (v1, our directory
+// writable), and /usr sits on a block device with a request queue
+// (/sys/dev/block/MAJ:MIN, a partition's disk). Read from /proc and /sys.
+const HostFact& HostIoThrottle();
+
 // Where cgroup hierarchies (v1 and v2) are mounted, from /proc/self/mountinfo.
 std::vector<std::string> HostCgroupMountPoints();
 

@@ -17,7 +17,7 @@ TEST_PKGS := bubblewrap procps curl wrk clang-format-16
 DEPS := $(BUILD_PKGS) $(PYTHON_PKGS) $(TEST_PKGS)
 
 # Fuzzing (fuzz/README.md): Debian's clang and libFuzzer, in a build of their own.
-FUZZ_PKGS := clang-16 libfuzzer-16-dev
+FUZZ_PKGS := clang-16 libfuzzer-16-dev libclang-rt-16-dev
 FUZZ_DIR := build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= json_depth frame cell_outputs setup_record pool_handoff job_request http_request \

@@ -151,10 +151,9 @@ bool Has(const std::vector<std::string>& v, const std::string& x) {
   return false;
 }
 
-HostFact ProbeCgroupControllers() {
-  HostFact f;
-  const std::vector<CgroupMount> mounts = CgroupMounts();
-  std::map<std::string, std::string> own;  // controller ("" for v2) -> path
+// Our own cgroups, from /proc/self/cgroup: controller ("" for v2) -> path.
+std::map<std::string, std::string> OwnCgroups() {
+  std::map<std::string, std::string> own;
   std::ifstream in("/proc/self/cgroup");
   std::string line;
   while (std::getline(in, line)) {
@@ -165,6 +164,13 @@ HostFact ProbeCgroupControllers() {
     if (controllers.empty()) own[""] = path;
     for (const auto& c : Split(controllers, ',')) own[c] = path;
   }
+  return own;
+}
+
+HostFact ProbeCgroupControllers() {
+  HostFact f;
+  const std::vector<CgroupMount> mounts = CgroupMounts();
+  std::map<std::string, std::string> own = OwnCgroups();
   const char* kNeeded[] = {"memory", "pids", "cpu"};
   std::string why;
   // v2: our own cgroup offers the three and is ours to write.
@@ -267,16 +273,7 @@ HostFact ProbeIoThrottle() {
     f.detail = "no cgroup limits here: " + cgroups.detail;
     return f;
   }
-  std::map<std::string, std::string> own;
-  std::ifstream in("/proc/self/cgroup");
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t a = line.find(':'), b = line.find(':', a + 1);
-    if (a == std::string::npos || b == std::string::npos) continue;
-    const std::string controllers = line.substr(a + 1, b - a - 1);
-    if (controllers.empty()) own[""] = line.substr(b + 1);
-    for (const auto& c : Split(controllers, ',')) own[c] = line.substr(b + 1);
-  }
+  std::map<std::string, std::string> own = OwnCgroups();
   const bool v2 = cgroups.detail.rfind("cgroup v2", 0) == 0;
   std::string controller;
   for (const auto& m : CgroupMounts()) {

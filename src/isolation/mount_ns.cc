@@ -111,8 +111,10 @@ class Builder {
   // is "/". Regular files keep their mode (less the write bits) and mtime,
   // directories are 0755, symlinks are copied as links; anything else is
   // left out. The supervisor opens the files, so the child needs no path to
-  // the host's tree.
-  Status CopyTreeRo(const std::string& src, const std::string& dst, const std::string& ids) {
+  // the host's tree. `only`, when not empty, names the one entry of `src`
+  // that is copied (with everything beneath it).
+  Status CopyTreeRo(const std::string& src, const std::string& dst, const std::string& ids,
+                    const std::string& only = "") {
     namespace fs = std::filesystem;
     struct Entry {
       std::string rel;
@@ -125,8 +127,14 @@ class Builder {
     std::vector<Entry> entries;
     uint64_t bytes = 0;
     std::error_code ec;
-    fs::recursive_directory_iterator it(src, fs::directory_options::none, ec);
-    if (ec) return ErrnoError("copy '" + src + "': " + ec.message(), ec.value());
+    const std::string walk = only.empty() ? src : src + "/" + only;
+    if (!only.empty()) {
+      Entry top;
+      top.rel = only;
+      entries.push_back(std::move(top));
+    }
+    fs::recursive_directory_iterator it(walk, fs::directory_options::none, ec);
+    if (ec) return ErrnoError("copy '" + walk + "': " + ec.message(), ec.value());
     for (const fs::recursive_directory_iterator end; it != end; it.increment(ec)) {
       if (ec) return ErrnoError("copy '" + src + "': " + ec.message(), ec.value());
       if (entries.size() >= kMaxCopiedFiles) {
@@ -341,7 +349,8 @@ Result<MountPlan> BuildMountPlan(const MountLayout& layout) {
   if (!layout.runtime_dir.empty()) {
     b.Mkdir("/opt", SetupStep::kMountRoot);
     b.Mkdir("/opt/kiln", SetupStep::kMountRoot);
-    KILN_TRY(b.CopyTreeRo(layout.runtime_dir, kRuntimeMountPath, ids));
+    // Only the package the sandbox imports: not the runtime's tests or README.
+    KILN_TRY(b.CopyTreeRo(layout.runtime_dir, kRuntimeMountPath, ids, "kiln_runtime"));
     if (!layout.zygote_lib_dir.empty()) {
       KILN_TRY(b.CopyTreeRo(layout.zygote_lib_dir, kZygoteLibPath, ids));
     }

@@ -57,6 +57,7 @@ TEST_F(MountPlanCopyTest, RuntimeIsCopiedIntoItsOwnTmpfsNotBound) {
 
   MountLayout layout;
   layout.runtime_dir = dir_;
+  layout.zygote_lib_dir = dir_;  // copied whole, where the runtime is only its package
   auto plan = BuildMountPlan(layout);
   ASSERT_TRUE(plan.ok()) << plan.error().ToString();
 
@@ -81,17 +82,25 @@ TEST_F(MountPlanCopyTest, RuntimeIsCopiedIntoItsOwnTmpfsNotBound) {
   ASSERT_EQ(::fstat(launch->fd, &fd_st), 0);  // the plan holds the fd open
   EXPECT_EQ(fd_st.st_ino, py.st_ino);
 
-  const MountOp* tool = Find(*plan, MountOpKind::kCopyFd, root + "/bin/tool");
+  // Of the runtime directory, only kiln_runtime/ (not its tests, README, ...).
+  EXPECT_EQ(Find(*plan, MountOpKind::kCopyFd, root + "/bin/tool"), nullptr);
+  EXPECT_EQ(Find(*plan, MountOpKind::kSymlink, root + "/link"), nullptr);
+  EXPECT_NE(Find(*plan, MountOpKind::kMkdir, root + "/kiln_runtime"), nullptr);
+
+  // A directory copied whole: executables keep x, symlinks stay links,
+  // fifos are left out.
+  const std::string lib = Target(kZygoteLibPath);
+  const MountOp* tool = Find(*plan, MountOpKind::kCopyFd, lib + "/bin/tool");
   ASSERT_NE(tool, nullptr);
   EXPECT_EQ(tool->mode, 0555u);
   EXPECT_NE(Find(*plan, MountOpKind::kMkdir, root + "/kiln_runtime/__pycache__"), nullptr);
   EXPECT_NE(
       Find(*plan, MountOpKind::kCopyFd, root + "/kiln_runtime/__pycache__/launch.cpython-311.pyc"),
       nullptr);
-  const MountOp* link = Find(*plan, MountOpKind::kSymlink, root + "/link");
+  const MountOp* link = Find(*plan, MountOpKind::kSymlink, lib + "/link");
   ASSERT_NE(link, nullptr);
   EXPECT_STREQ(link->source, "kiln_runtime/launch.py");
-  EXPECT_EQ(Find(*plan, MountOpKind::kCopyFd, root + "/fifo"), nullptr);
+  EXPECT_EQ(Find(*plan, MountOpKind::kCopyFd, lib + "/fifo"), nullptr);
 
   // Mounted before the copies, read-only after them.
   size_t at_tmpfs = 0, at_last_copy = 0, at_ro = 0;
@@ -111,7 +120,9 @@ TEST_F(MountPlanCopyTest, RuntimeIsCopiedIntoItsOwnTmpfsNotBound) {
 }
 
 TEST_F(MountPlanCopyTest, ADirectoryTooLargeToCopyIsAnError) {
-  for (size_t i = 0; i <= kMaxCopiedFiles; ++i) Write("f" + std::to_string(i), "", 0644);
+  for (size_t i = 0; i <= kMaxCopiedFiles; ++i) {
+    Write("kiln_runtime/f" + std::to_string(i), "", 0644);
+  }
   MountLayout layout;
   layout.runtime_dir = dir_;
   auto plan = BuildMountPlan(layout);

@@ -139,43 +139,40 @@ PolicyBuilder& PolicyBuilder::Disk(uint64_t bytes) {
 
 namespace {
 
-bool IoValueOk(uint64_t v, uint64_t min) { return v == 0 || v >= min; }
+// One I/O cap: 0 is "max" (no limit); anything else at least `min`.
+bool SetIoCap(uint64_t value, uint64_t min, uint64_t* cap) {
+  if (value != 0 && value < min) return false;
+  *cap = value;
+  return true;
+}
+
+constexpr const char* kIoBpsRule =
+    "must be at least 1 MiB per second (\"1m\"), or \"max\" for no limit";
+constexpr const char* kIoIopsRule =
+    "must be at least 16 operations per second, or \"max\" for no limit";
 
 }  // namespace
 
 PolicyBuilder& PolicyBuilder::IoReadBps(uint64_t bytes_per_s) {
-  if (!IoValueOk(bytes_per_s, kMinIoBps)) {
-    Fail("io.read_bps", "must be at least 1 MiB per second (\"1m\"), or \"max\" for no limit");
-  } else {
-    policy_.limits_.io.read_bps = bytes_per_s;
-  }
+  if (!SetIoCap(bytes_per_s, kMinIoBps, &policy_.limits_.io.read_bps))
+    Fail("io.read_bps", kIoBpsRule);
   return *this;
 }
 
 PolicyBuilder& PolicyBuilder::IoWriteBps(uint64_t bytes_per_s) {
-  if (!IoValueOk(bytes_per_s, kMinIoBps)) {
-    Fail("io.write_bps", "must be at least 1 MiB per second (\"1m\"), or \"max\" for no limit");
-  } else {
-    policy_.limits_.io.write_bps = bytes_per_s;
-  }
+  if (!SetIoCap(bytes_per_s, kMinIoBps, &policy_.limits_.io.write_bps))
+    Fail("io.write_bps", kIoBpsRule);
   return *this;
 }
 
 PolicyBuilder& PolicyBuilder::IoReadIops(uint64_t iops) {
-  if (!IoValueOk(iops, kMinIoIops)) {
-    Fail("io.read_iops", "must be at least 16 operations per second, or \"max\" for no limit");
-  } else {
-    policy_.limits_.io.read_iops = iops;
-  }
+  if (!SetIoCap(iops, kMinIoIops, &policy_.limits_.io.read_iops)) Fail("io.read_iops", kIoIopsRule);
   return *this;
 }
 
 PolicyBuilder& PolicyBuilder::IoWriteIops(uint64_t iops) {
-  if (!IoValueOk(iops, kMinIoIops)) {
-    Fail("io.write_iops", "must be at least 16 operations per second, or \"max\" for no limit");
-  } else {
-    policy_.limits_.io.write_iops = iops;
-  }
+  if (!SetIoCap(iops, kMinIoIops, &policy_.limits_.io.write_iops))
+    Fail("io.write_iops", kIoIopsRule);
   return *this;
 }
 

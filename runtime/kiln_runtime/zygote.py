@@ -11,12 +11,15 @@ nothing else), with its control socket (SOCK_SEQPACKET) on fd 3.  It:
 3. imports the runtime and the preload list (matplotlib on Agg, through the
    runtime's backend), then ``gc.freeze()``: the children share those pages
    copy-on-write, and their collections never touch (and so never copy) them;
-4. for each fork request, ``os.fork()``s; the child calls
-   ``kiln_zygote_child()``, which sets the sandbox up in C (its own
-   namespaces, mounts, uid, cgroup, no capabilities, Landlock, seccomp) and
-   returns only in the sandbox's worker, which reseeds every random generator
-   seeded at import and runs the runtime exactly as launch.py does: ``hello``
-   on fd 3, then cells (docs/protocol.md).
+4. for each fork request, calls ``kiln_zygote_spawn()`` (or, if a preload
+   started threads, ``os.fork()`` and ``kiln_zygote_child()`` in the child),
+   which sets the sandbox up in C (its own namespaces, mounts, uid, cgroup, no
+   capabilities, Landlock, seccomp) and returns 0 only in the sandbox's
+   worker, which reseeds every random generator seeded at import and runs the
+   runtime exactly as launch.py does: ``hello`` on fd 3, then cells
+   (docs/protocol.md).  ``kiln_zygote_spawn`` runs the child's first process
+   in this process's own memory (clone(CLONE_VM | CLONE_VFORK)), so the
+   worker's fork is the sandbox's only copy of it.
 
 The zygote holds no secret: it reads nothing but its own jail, and nothing
 reaches it but the pool's fixed-size records.  It never runs a program.
@@ -222,7 +225,32 @@ def main(argv):
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     gc.collect()
     gc.freeze()
-    if lib.kiln_zygote_ready(CONTROL_FD, failures) != 0:
+    # One copy of this process per sandbox, not two: with a single thread, the
+    # child's first process shares our memory (kiln_zygote_spawn) and only the
+    # worker copies it; a preload that started threads (e.g. a BLAS pool when
+    # the profile has several cpus) makes us fork as os.fork() does instead.
+    spawn = None
+    if lib.kiln_zygote_threads() == 1:
+        # The children run os.register_at_fork's after-in-child hooks once every
+        # layer is on and only their four fds are open; matplotlib's empties
+        # its font cache, whose FT2Font objects close files the child no longer
+        # has (and FreeType's state is per process): empty it here, with the
+        # files still open, so that a child finds it empty as after os.fork().
+        font_manager = sys.modules.get("matplotlib.font_manager")
+        if font_manager is not None:
+            font_manager._get_font.cache_clear()
+            gc.collect()
+        # PyDLL: the GIL stays held across the call, as os.fork() holds it
+        # across fork(2); the worker returns from it holding the GIL too.
+        spawn = ctypes.PyDLL(LIBRARY).kiln_zygote_spawn
+        # What os.fork() does around fork(2): its before/after hooks (random's
+        # reseed, threading's state), the import lock, the GIL in the child.
+        before_fork = ctypes.pythonapi.PyOS_BeforeFork
+        after_in_parent = ctypes.pythonapi.PyOS_AfterFork_Parent
+        after_in_child = ctypes.pythonapi.PyOS_AfterFork_Child
+        for f in (before_fork, after_in_parent, after_in_child):
+            f.restype = None
+    if lib.kiln_zygote_ready(CONTROL_FD, failures, 1 if spawn is not None else 0) != 0:
         return 2
     while True:
         got = lib.kiln_zygote_recv(CONTROL_FD)
@@ -231,14 +259,26 @@ def main(argv):
         if got < 0:
             sys.stderr.write("kiln zygote: fork request: %s\n" % posix.strerror(-got))
             return 2
-        pid = posix.fork()
-        if pid == 0:
-            # The library closes every fd but the sandbox's four: forget the
-            # control socket's object first, so it never closes a number that
-            # is the runtime channel by then.
-            control.detach()
-            lib.kiln_zygote_child()  # returns only in the sandbox's worker
-            _run_child(preload)
+        if spawn is not None:
+            before_fork()
+            pid = spawn()
+            if pid == 0:
+                after_in_child()
+                control.detach()  # fd 3 is the runtime channel by now
+                _run_child(preload)
+            after_in_parent()
+            if pid < 0:
+                sys.stderr.write("kiln zygote: spawn: %s\n" % posix.strerror(-pid))
+                return 2
+        else:
+            pid = posix.fork()
+            if pid == 0:
+                # The library closes every fd but the sandbox's four: forget the
+                # control socket's object first, so it never closes a number that
+                # is the runtime channel by then.
+                control.detach()
+                lib.kiln_zygote_child()  # returns only in the sandbox's worker
+                _run_child(preload)
         lib.kiln_zygote_parent_close()
 
 

@@ -27,14 +27,22 @@
 namespace kiln::child {
 namespace {
 
-// The sandbox's pid 1 shares the memory of the zygote's fork that creates it
-// (clone(CLONE_VM) on this stack) instead of copying it: a third copy of the
-// zygote's page tables per sandbox, made and torn down, would cost as much
-// CPU as the rest of the refill. The worker, forked by pid 1, returns into
-// the interpreter through g_resume, set on the zygote's fork's own stack.
+// The sandbox's pid 1 shares the memory of the process that creates it
+// (clone(CLONE_VM) on this stack) instead of copying it: a copy of the
+// zygote's page tables per sandbox, made and torn down, costs as much CPU as
+// the rest of the refill. The worker, forked by pid 1, returns into the
+// interpreter through g_resume, set on the stack of the zygote's thread
+// (SpawnZygoteChild) or of the zygote's fork (RunZygoteChild).
 alignas(64) char g_init_stack[256 * 1024];
+// SpawnZygoteChild: the child's first process runs here, in the zygote's own
+// memory, while the zygote sleeps (CLONE_VFORK).
+alignas(64) char g_first_stack[64 * 1024];
 void* g_resume[5];
 const ZygoteChildPlan* g_plan = nullptr;
+// Set while pid 1 runs in the zygote's own memory (SpawnZygoteChild): it must
+// exec its init or die, never stay in that memory (the zygote sleeps until it
+// has done one or the other).
+bool g_in_zygote_memory = false;
 
 // "INSIDE OUTSIDE 1\n" without snprintf (not async-signal-safe).
 size_t FormatMapLine(char* out, size_t cap, unsigned inside, unsigned outside) {
@@ -168,7 +176,10 @@ void RunSandboxInit(const ZygoteChildPlan& plan) {
   //     the refill path). It keeps every layer (seccomp, Landlock, no_new_privs
   //     and the ids survive execve) and the setup channel (fd 4). If the exec
   //     fails we stay, as the same init in this memory.
-  (void)ExecSandboxInit(plan.init_path, worker);
+  if (ExecSandboxInit(plan.init_path, worker) != 0 && g_in_zygote_memory) {
+    // The zygote sleeps until we exec or exit, and the worker dies with us.
+    Fail(SetupStep::kExec, errno);
+  }
   RunPooledInit(worker);
 }
 
@@ -177,12 +188,17 @@ void RunSandboxInit(const ZygoteChildPlan& plan) {
 // clone(2)'s entry for pid 1, on g_init_stack.
 int SandboxInitEntry(void*) {
   RunSandboxInit(*g_plan);  // returns only in the worker
-  // The worker: a copy of this memory, where the frame of RunZygoteChild that
-  // set g_resume (and its callers: the interpreter) is intact.
+  // The worker: a copy of this memory, where the frame of RunZygoteChild or
+  // SpawnZygoteChild that set g_resume (and its callers: the interpreter) is
+  // intact.
   __builtin_longjmp(g_resume, 1);
 }
 
-int RunZygoteChild(const ZygoteChildPlan& plan) {
+namespace {
+
+// Steps 0-4, in the child's first process: the zygote's fork
+// (RunZygoteChild) or its CLONE_VM child (SpawnZygoteChild). _exits.
+[[noreturn]] void RunFirstProcess(const ZygoteChildPlan& plan) {
   SetSyncFd(plan.sync_fd);
   // 0. The zygote ignores SIGCHLD (its forks are reaped by the kernel); the
   //    program starts with default dispositions and no mask.
@@ -192,8 +208,10 @@ int RunZygoteChild(const ZygoteChildPlan& plan) {
   //    this alone (its namespace's root is unmapped, so the kernel's setuid
   //    fixup leaves them). A change of ids also makes us non-dumpable, which
   //    would make /proc/self/uid_map root's: dumpable again for step 2.
-  KILN_CHILD_STEP(SetupStep::kSetIds, ::setresgid(plan.gid, plan.gid, plan.gid));
-  KILN_CHILD_STEP(SetupStep::kSetIds, ::setresuid(plan.uid, plan.uid, plan.uid));
+  //    Raw system calls: glibc's wrappers would signal the threads of the
+  //    process whose memory we may share (the zygote has none; be sure).
+  KILN_CHILD_STEP(SetupStep::kSetIds, sys::RawSetresgid(plan.gid));
+  KILN_CHILD_STEP(SetupStep::kSetIds, sys::RawSetresuid(plan.uid));
   KILN_CHILD_STEP(SetupStep::kSetIds, ::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0));
   // 2. Our own user namespace, uid/gid 1000 inside, our uid outside; every
   //    namespace below is owned by it, so the program's siblings and the
@@ -209,12 +227,34 @@ int RunZygoteChild(const ZygoteChildPlan& plan) {
   //    to the zygote's pid 1, which reaps it in the end.
   //    CLONE_VFORK: we sleep until it has exec'd its init (step 18), so that
   //    nothing runs in this memory beside it.
-  g_plan = &plan;
-  if (__builtin_setjmp(g_resume) != 0) return 0;  // the worker, back on this stack
   const pid_t init = ::clone(SandboxInitEntry, g_init_stack + sizeof g_init_stack,
                              CLONE_VM | CLONE_VFORK | SIGCHLD, nullptr);
   if (init < 0) Fail(SetupStep::kForkWorker, errno);
   ::_exit(0);
+}
+
+int FirstProcessEntry(void*) { RunFirstProcess(*g_plan); }
+
+}  // namespace
+
+int RunZygoteChild(const ZygoteChildPlan& plan) {
+  g_plan = &plan;
+  g_in_zygote_memory = false;
+  if (__builtin_setjmp(g_resume) != 0) return 0;  // the worker, back on this stack
+  RunFirstProcess(plan);
+}
+
+int SpawnZygoteChild(const ZygoteChildPlan& plan) {
+  g_plan = &plan;
+  g_in_zygote_memory = true;
+  if (__builtin_setjmp(g_resume) != 0) return 0;  // the worker, back on this stack
+  // The first process shares our memory and we sleep until it exits, which
+  // it does once pid 1 has exec'd its init (or failed): the worker, forked by
+  // pid 1 from this very memory, is the sandbox's only copy of the zygote.
+  const pid_t first = ::clone(FirstProcessEntry, g_first_stack + sizeof g_first_stack,
+                              CLONE_VM | CLONE_VFORK | SIGCHLD, nullptr);
+  g_in_zygote_memory = false;
+  return first < 0 ? -errno : first;
 }
 
 }  // namespace kiln::child

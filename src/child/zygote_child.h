@@ -53,4 +53,16 @@ struct ZygoteChildPlan {
 // sends SyncMessage{kFailure, step, errno} on the setup channel and _exits.
 int RunZygoteChild(const ZygoteChildPlan& plan);
 
+// The same, run in the zygote itself instead of in its fork: the child's first
+// process is a clone(CLONE_VM | CLONE_VFORK) of the zygote on a stack of its
+// own, so the sandbox's only copy of the zygote's memory is its worker's
+// (pid 1 forks it from the zygote's own pages, then execs its init). The
+// zygote sleeps until that first process has exited, i.e. until pid 1 has
+// exec'd (or a step failed). Returns the first process's pid (> 0) in the
+// zygote, -errno if the clone failed, and 0 in the worker. The caller does
+// what os.fork() does around fork(2) (PyOS_BeforeFork, PyOS_AfterFork_*),
+// and must be single-threaded: the first process and pid 1 run on the
+// zygote's memory with its thread's TLS.
+int SpawnZygoteChild(const ZygoteChildPlan& plan);
+
 }  // namespace kiln::child

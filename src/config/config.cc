@@ -327,11 +327,20 @@ Result<PoolConfig> ParsePool(const std::string& source, const toml::table& t) {
       if (!(v > 0) || !(v < 1))
         return KeyError(source, node, full, "must be between 0 and 1 (exclusive)");
       c.target_wait = v;
+    } else if (key == "max_refilling") {
+      KILN_ASSIGN_OR_RETURN(uint64_t v, CountValue(source, node, full));
+      if (v > 512) return KeyError(source, node, full, "must be at most 512");
+      c.max_refilling = static_cast<int>(v);
+    } else if (key == "refill_nice") {
+      KILN_ASSIGN_OR_RETURN(uint64_t v, CountValue(source, node, full));
+      if (v > 19) return KeyError(source, node, full, "must be between 0 and 19");
+      c.refill_nice = static_cast<int>(v);
     } else if (key == "preload") {
       KILN_ASSIGN_OR_RETURN(c.preload, StringList(source, node, full));
     } else {
       return KeyError(source, node, full,
-                      "unknown key (known: enabled, min, max, target_wait, preload)");
+                      "unknown key (known: enabled, min, max, target_wait, max_refilling, "
+                      "refill_nice, preload)");
     }
   }
   if (c.max < 1 || c.min > c.max) {

@@ -98,6 +98,11 @@ struct PoolConfig {
   int min = 1;                // sandboxes kept ready (or refilling) per profile, at least
   int max = 8;                // ... and at most (Erlang C sizes it in between)
   double target_wait = 0.05;  // P(a request finds no sandbox ready), the sizing's goal
+  // Sandboxes being made at once per profile, at most; 0: one per cpu kiln may use.
+  int max_refilling = 0;
+  // The nice value refills run at (the zygote and its sandboxes until one is
+  // taken): below the executions they are made for. 0..19.
+  int refill_nice = 10;
   // Imported by each zygote besides the profile's own preload list.
   std::vector<std::string> preload = {"numpy", "pandas", "matplotlib"};
 };

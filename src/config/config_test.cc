@@ -183,12 +183,16 @@ TEST(Config, Pool) {
   EXPECT_TRUE(b.pool.enabled);
   EXPECT_LE(b.pool.min, b.pool.max);
   EXPECT_EQ(b.pool.preload, (std::vector<std::string>{"numpy", "pandas", "matplotlib"}));
+  EXPECT_EQ(b.pool.max_refilling, 0);  // one per cpu
+  EXPECT_EQ(b.pool.refill_nice, 10);
   auto c = ParseConfig(R"(
 [pool]
 enabled = false
 min = 2
 max = 12
 target_wait = 0.01
+max_refilling = 3
+refill_nice = 19
 preload = ["numpy"]
 [profiles.default]
 [profiles.quiet]
@@ -200,6 +204,8 @@ pool = false
   EXPECT_EQ(c->pool.min, 2);
   EXPECT_EQ(c->pool.max, 12);
   EXPECT_DOUBLE_EQ(c->pool.target_wait, 0.01);
+  EXPECT_EQ(c->pool.max_refilling, 3);
+  EXPECT_EQ(c->pool.refill_nice, 19);
   EXPECT_EQ(c->pool.preload, std::vector<std::string>{"numpy"});
   EXPECT_TRUE(c->profiles.at("default").pool);
   EXPECT_FALSE(c->profiles.at("quiet").pool);
@@ -207,7 +213,9 @@ pool = false
        {"[pool]\nenabled = 1\n[profiles.default]\n",
         "[pool]\nmin = 5\nmax = 2\n[profiles.default]\n", "[pool]\nmax = 0\n[profiles.default]\n",
         "[pool]\ntarget_wait = 1.5\n[profiles.default]\n", "[pool]\nsize = 3\n[profiles.default]\n",
-        "[profiles.default]\npool = \"yes\"\n"}) {
+        "[profiles.default]\npool = \"yes\"\n", "[pool]\nrefill_nice = 20\n[profiles.default]\n",
+        "[pool]\nrefill_nice = -1\n[profiles.default]\n",
+        "[pool]\nmax_refilling = 1.5\n[profiles.default]\n"}) {
     auto r = ParseConfig(bad, "t.toml");
     EXPECT_FALSE(r.ok()) << bad;
     if (!r.ok()) {

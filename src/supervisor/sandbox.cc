@@ -52,6 +52,22 @@ constexpr uint64_t kCellFrameBudget = 64ULL << 20;
 // stdout/stderr switches the runtime may ask to order (one round trip each).
 constexpr uint64_t kMaxSyncsPerCell = 1000000;
 
+// setpriority(2) of each thread of `pid` (nice is per thread).
+Status SetNiceOfEveryThread(pid_t pid, int nice) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    char* end = nullptr;
+    const std::string name = e.path().filename().string();
+    const long tid = std::strtol(name.c_str(), &end, 10);
+    if (end == name.c_str() || *end != '\0' || tid <= 0) continue;
+    if (::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), nice) != 0 && errno != ESRCH) {
+      return ErrnoError("setpriority of thread " + name + " of the pooled worker");
+    }
+  }
+  if (ec) return MakeError(Code::kUnavailable, "the pooled worker's threads: " + ec.message());
+  return OkStatus();
+}
+
 std::string FormatSeconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g s", s);
@@ -1121,6 +1137,13 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Adopt(const HostContext& host,
     const rlimit rl{cpu, cpu + 1};
     if (::prlimit(a.worker_pid, RLIMIT_CPU, &rl, nullptr) != 0) {
       return ErrnoError("prlimit(RLIMIT_CPU) of the pooled worker");
+    }
+    // Refills ran below executions (ZygoteOptions::nice): an adopted sandbox
+    // runs as a cold one does, at nice 0, pid 1 and every thread of the
+    // worker (it has started none yet; the check costs a directory read).
+    KILN_TRY(SetNiceOfEveryThread(a.worker_pid, 0));
+    if (::setpriority(PRIO_PROCESS, static_cast<id_t>(a.init_pid), 0) != 0) {
+      return ErrnoError("setpriority of the pooled sandbox's pid 1");
     }
     if (sys::PidfdSendSignal(s.worker_pidfd.get(), 0) != 0) {
       return MakeError(Code::kUnavailable, "the pooled worker exited before it was adopted");

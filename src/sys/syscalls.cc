@@ -34,6 +34,10 @@ int CloseRange(unsigned first, unsigned last, unsigned flags) {
   return static_cast<int>(syscall(SYS_close_range, first, last, flags));
 }
 
+int RawSetresuid(uid_t id) { return static_cast<int>(syscall(SYS_setresuid, id, id, id)); }
+
+int RawSetresgid(gid_t id) { return static_cast<int>(syscall(SYS_setresgid, id, id, id)); }
+
 int Openat2(int dirfd, const char* path, const open_how* how) {
   long r;
   do {

@@ -53,6 +53,13 @@ int CapsetClearAll();
 // capset(2) of the calling thread with these 64-bit sets.
 int Capset(uint64_t effective, uint64_t permitted, uint64_t inheritable);
 
+// setresuid(2)/setresgid(2) of the calling thread alone, all three ids to
+// `id`. glibc's wrappers apply a change of ids to every thread of the process
+// (signalling them), which a process that shares another's memory
+// (clone(CLONE_VM)) must not attempt.
+int RawSetresuid(uid_t id);
+int RawSetresgid(gid_t id);
+
 // Write all of `len` bytes, retrying on EINTR and short writes. 0 or -1/errno.
 int WriteAll(int fd, const void* buf, size_t len);
 

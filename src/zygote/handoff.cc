@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -65,6 +66,14 @@ bool CopyName(char* out, size_t cap, const std::string& s) {
 }
 
 std::string NameOf(const char* buf, size_t cap) { return std::string(buf, strnlen(buf, cap)); }
+
+// The cpus this process may run on.
+int UsableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return CPU_COUNT(&set);
+}
 
 }  // namespace
 
@@ -254,6 +263,10 @@ namespace {
     po.min = static_cast<size_t>(config.pool.min);
     po.max = static_cast<size_t>(config.pool.max);
     po.target_wait = config.pool.target_wait;
+    po.max_refilling = config.pool.max_refilling > 0
+                           ? static_cast<size_t>(config.pool.max_refilling)
+                           : static_cast<size_t>(std::max(1, UsableCpus()));
+    po.zygote.nice = config.pool.refill_nice;
     auto created = Pool::Create(host, po);
     if (!created.ok()) {
       KILN_LOG_WARN("pool {}: {}; its executions start cold", name, created.error().ToString());

@@ -58,6 +58,29 @@ std::string NsLink(pid_t pid, const char* ns) {
 
 void SetNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
+// What a dying child last wrote to its stderr pipe (non-blocking), as ": ..."
+// for the failure's reason (its last 400 bytes, lines joined by " | "), or "".
+std::string StderrTailOf(int fd) {
+  char buf[4096];
+  std::string all;
+  ssize_t n;
+  while (all.size() < (64u << 10) && (n = ::read(fd, buf, sizeof buf)) > 0) {
+    all.append(buf, static_cast<size_t>(n));
+  }
+  while (!all.empty() && (all.back() == '\n' || all.back() == ' ')) all.pop_back();
+  if (all.empty()) return "";
+  std::string tail = all.size() > 400 ? "..." + all.substr(all.size() - 400) : all;
+  std::string out;
+  for (char c : tail) {
+    if (c == '\n') {
+      out += " | ";
+    } else {
+      out += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
+    }
+  }
+  return ": " + out;
+}
+
 }  // namespace
 
 struct Pool::Pending {
@@ -72,6 +95,8 @@ struct Pool::Pending {
   Clock::time_point requested{};
   double attach_request_ms = 0, attached_ms = 0, worker_ms = 0, attach_ms = 0;
 };
+
+std::string Pool::StderrTail(const Pending& p) { return p.err ? StderrTailOf(p.err.get()) : ""; }
 
 Pool::Pool(const supervisor::HostContext& host, PoolOptions options)
     : host_(host), options_(std::move(options)) {}
@@ -402,7 +427,8 @@ void Pool::Resize() {
     ready_.pop_front();
   }
   if (!zygote_ || !zygote_->ready()) return;
-  while (ready_.size() + external_ready_ + pending_.size() < target_) {
+  while (ready_.size() + external_ready_ + pending_.size() < target_ &&
+         (options_.max_refilling == 0 || pending_.size() < options_.max_refilling)) {
     Status s = Request();
     if (!s.ok()) {
       KILN_LOG_WARN("pool {}: refill: {}", options_.zygote.profile, s.error().ToString());
@@ -467,7 +493,7 @@ void Pool::Step(int timeout_ms) {
             promote.push_back(i);
           } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
             pending_[i]->broken = true;
-            pending_[i]->why = "the worker ended before its hello";
+            pending_[i]->why = "the worker ended before its hello" + StderrTail(*pending_[i]);
           }
           break;
         }

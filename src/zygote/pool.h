@@ -44,6 +44,10 @@ struct PoolOptions {
   size_t max = 16;                                 // ... and at the most
   double target_wait = 0.05;                       // Erlang C: P(a request finds no sandbox ready)
   std::chrono::milliseconds child_timeout{10000};  // request -> ready
+  // Sandboxes being made at once, at the most (0: up to max). Each refill
+  // costs a fork of the zygote and its teardown; more of them in flight than
+  // there are cpus only compete with the executions and with each other.
+  size_t max_refilling = 0;
 };
 
 // A ready sandbox, handed to its user with everything needed to drive it as
@@ -106,6 +110,7 @@ class Pool final {
 
  private:
   struct Pending;
+  static std::string StderrTail(const Pending& p);
   struct InUse {
     UniqueFd init_pidfd;
     unsigned slot;

@@ -41,6 +41,9 @@ struct ZygoteConfig {
 struct ZygoteReady {
   uint32_t magic = kWireMagic;
   int32_t preload_failures = 0;  // imports that failed (named on the zygote's stderr)
+  // 1: each child's first process shares the zygote's memory
+  // (kiln_zygote_spawn); 0: the zygote has threads and forks as os.fork().
+  uint32_t spawn = 0;
 };
 
 struct ForkRequest {

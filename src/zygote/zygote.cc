@@ -4,6 +4,7 @@
 #include <linux/sched.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -217,6 +218,11 @@ Result<std::unique_ptr<Zygote>> Zygote::Start(const supervisor::HostContext& hos
                           " " + std::to_string(kBlockSize) + "\n";
   KILN_TRY(WriteProc(pid, "uid_map", map));
   KILN_TRY(WriteProc(pid, "gid_map", map));
+  // Before Z's pid 1 forks the zygote, which inherits it (and so do its
+  // forks): refills below executions.
+  if (options.nice != 0 && ::setpriority(PRIO_PROCESS, static_cast<id_t>(pid), options.nice) != 0) {
+    return ErrnoError("setpriority of the zygote", errno, SetupStep::kClone);
+  }
   child::SyncMessage go{};
   go.tag = child::SyncTag::kMapsWritten;
   if (::send(z->setup_.get(), &go, sizeof go, MSG_NOSIGNAL) != sizeof go) {
@@ -260,12 +266,13 @@ Status Zygote::OnControl() {
     n = ::recv(control_.get(), &r, sizeof r, MSG_DONTWAIT | MSG_TRUNC);
   } while (n < 0 && errno == EINTR);
   if (n < 0 && errno == EAGAIN) return OkStatus();
-  if (n != sizeof r || r.magic != kWireMagic || ready_) {
+  if (n != sizeof r || r.magic != kWireMagic || ready_ || r.spawn > 1) {
     exited_ = true;
     return MakeError(Code::kInternal, "zygote " + profile_ + ": bad or missing ready record");
   }
   ready_ = true;
   preload_failures_ = r.preload_failures;
+  spawns_ = r.spawn == 1;
   start_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - started_).count();
   return OkStatus();
 }

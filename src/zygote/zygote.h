@@ -64,6 +64,10 @@ struct ZygoteOptions {
   // lowering needs no CAP_SYS_RESOURCE in the host's namespace, raising does,
   // and hosts' root may lack it (containers).
   std::optional<double> rlimit_cpu_s;
+  // The zygote's nice value, and so its forks' and every process of their
+  // sandboxes' until a supervisor adopts one (supervisor::Sandbox::Adopt sets
+  // it back to 0): refills run below the executions they are made for.
+  int nice = 0;
 };
 
 // $KILN_ZYGOTE_LIB, else libexec/kiln/libkiln_zygote.so beside the running
@@ -107,6 +111,9 @@ class Zygote final {
   pid_t init_pid() const { return init_pid_; }
   double start_ms() const { return start_ms_; }  // clone to ready
   int preload_failures() const { return preload_failures_; }
+  // Its children's first process shares its memory (one copy of the zygote
+  // per sandbox, the worker's), rather than being a fork (two copies).
+  bool spawns() const { return spawns_; }
   unsigned max_slots() const { return kBlockSize - 1; }
   uid_t child_host_uid(unsigned slot) const { return block_.base() + 1 + slot; }
   // The block devices behind the jail's read-only binds, which its children
@@ -128,6 +135,7 @@ class Zygote final {
   bool reaped_ = false, ready_ = false, exited_ = false;
   pid_t zygote_pid_ = 0;
   int preload_failures_ = 0;
+  bool spawns_ = false;
   double start_ms_ = 0;
   std::string profile_;
   std::string log_buf_;

@@ -5,11 +5,18 @@
 //   kiln_zygote_init(fd)        once, before the preload imports: reads the
 //                               ZygoteConfig and the seccomp program (wire.h)
 //                               and builds the per-child plan (allocates)
-//   kiln_zygote_ready(fd, n)    once, after the imports and gc.freeze()
+//   kiln_zygote_ready(fd, n, s) once, after the imports and gc.freeze(): n
+//                               imports failed; s: it will spawn, not fork
 //   kiln_zygote_recv(fd)        blocks for the next ForkRequest: 1, or 0 at
 //                               EOF (the pool is gone), or -errno
 //   kiln_zygote_parent_close()  in the zygote after os.fork(): drops its
 //                               copies of the request's fds
+//   kiln_zygote_threads()       the zygote's thread count (/proc/self/status)
+//   kiln_zygote_spawn()         instead of os.fork() + kiln_zygote_child(),
+//                               when the zygote has one thread: the child's
+//                               first process shares the zygote's memory
+//                               (child::SpawnZygoteChild): its pid, or 0 in
+//                               the sandbox's worker, or -errno
 //   kiln_zygote_child()         in the fork: child::RunZygoteChild (returns
 //                               0 only in the sandbox's worker)
 //
@@ -20,6 +27,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -106,9 +114,11 @@ __attribute__((visibility("default"))) int kiln_zygote_init(int control_fd) {
   return 0;
 }
 
-__attribute__((visibility("default"))) int kiln_zygote_ready(int control_fd, int preload_failures) {
+__attribute__((visibility("default"))) int kiln_zygote_ready(int control_fd, int preload_failures,
+                                                             int spawn) {
   ZygoteReady ready;
   ready.preload_failures = preload_failures;
+  ready.spawn = spawn != 0 ? 1 : 0;
   return ::send(control_fd, &ready, sizeof ready, MSG_NOSIGNAL) == sizeof ready ? 0 : -errno;
 }
 
@@ -142,6 +152,23 @@ __attribute__((visibility("default"))) void kiln_zygote_parent_close(void) {
     if (fd >= 0) ::close(fd);
     fd = -1;
   }
+}
+
+__attribute__((visibility("default"))) int kiln_zygote_threads(void) {
+  const int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -errno;
+  char buf[4096];
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return -EIO;
+  buf[n] = '\0';
+  const char* t = std::strstr(buf, "\nThreads:");
+  if (t == nullptr) return -EIO;
+  return static_cast<int>(std::strtol(t + 9, nullptr, 10));
+}
+
+__attribute__((visibility("default"))) int kiln_zygote_spawn(void) {
+  return kiln::child::SpawnZygoteChild(g_plan);
 }
 
 __attribute__((visibility("default"))) int kiln_zygote_child(void) {

@@ -69,6 +69,7 @@ class PoolTest : public ::testing::Test {
     po.zygote.preload = {"numpy"};
     po.min = 2;
     po.max = 4;
+    po.zygote.nice = kRefillNice;
     auto pool = zygote::Pool::Create(*host_, po);
     ASSERT_TRUE(pool.ok()) << pool.error().ToString();
     pool_ = std::move(*pool);
@@ -125,6 +126,7 @@ class PoolTest : public ::testing::Test {
     return out;
   }
 
+  static constexpr int kRefillNice = 10;
   static inline supervisor::HostContext* host_ = nullptr;
   static inline std::string skip_;
   std::optional<policy::SandboxPolicy> policy_;
@@ -270,6 +272,50 @@ TEST_F(PoolTest, RandomStreamsDiffer) {
   sb >> rb >> nb;
   EXPECT_NE(ra, rb) << "random";
   EXPECT_NE(na, nb) << "numpy.random";
+}
+
+// The nice value of `pid` (/proc/PID/stat, field 19), or -100 if unreadable.
+int NiceOf(pid_t pid) {
+  const std::string stat = ReadProc(pid, "stat");
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return -100;
+  std::istringstream fields(stat.substr(paren + 2));
+  std::string f;
+  for (int i = 3; i <= 19 && (fields >> f); ++i) {
+    if (i == 19) return std::stoi(f);
+  }
+  return -100;
+}
+
+TEST_F(PoolTest, RefillsRunBelowExecutionsATakenSandboxDoesNot) {
+  zygote::PooledChild c = Take();
+  // Made at the zygote's nice value, every process of it...
+  EXPECT_EQ(NiceOf(pool_->zygote()->zygote_pid()), kRefillNice);
+  EXPECT_EQ(NiceOf(c.sandbox.init_pid), kRefillNice);
+  EXPECT_EQ(NiceOf(c.sandbox.worker_pid), kRefillNice);
+  // ... and at 0 once a supervisor has adopted it, before the program's first line.
+  const supervisor::ExecutionResult r =
+      Run(std::move(c), "import os\nprint(os.nice(0), os.getpriority(os.PRIO_PROCESS, 1))");
+  EXPECT_EQ(r.stdout_data, "0 0\n") << r.stderr_data;
+}
+
+TEST_F(PoolTest, ASingleThreadedZygoteSharesItsMemoryWithEachChildsFirstProcess) {
+  // One profile cpu: numpy's BLAS starts no thread, the zygote has one, and
+  // each child's first process is a clone(CLONE_VM) of it, not a fork: the
+  // worker is the sandbox's only copy of the zygote.
+  ASSERT_NE(pool_->zygote(), nullptr);
+  EXPECT_TRUE(pool_->zygote()->spawns());
+  EXPECT_EQ(ReadProc(pool_->zygote()->zygote_pid(), "status").find("\nThreads:\t1\n") !=
+                std::string::npos,
+            true);
+  // Its children work, again and again (the zygote's memory survives them).
+  for (int i = 0; i < 6; ++i) {
+    const supervisor::ExecutionResult r =
+        Run(Take(), "import numpy, random\nprint(numpy.arange(3).sum(), random.random() < 1)");
+    EXPECT_EQ(r.stdout_data, "3 True\n") << r.reason << r.stderr_data;
+  }
+  EXPECT_EQ(pool_->stats().child_failures, 0u);
+  EXPECT_EQ(pool_->stats().zygote_starts, 1u);
 }
 
 TEST_F(PoolTest, RefillsAfterUse) {

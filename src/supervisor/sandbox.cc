@@ -29,6 +29,7 @@
 #include "isolation/rlimits.h"
 #include "isolation/user_ns.h"
 #include "supervisor/cell_outputs.h"
+#include "supervisor/outcome.h"
 #include "supervisor/sync_channel.h"
 #include "supervisor/workspace.h"
 #include "supervisor/workspace_files.h"
@@ -51,12 +52,6 @@ constexpr uint64_t kMaxProgramBytes = 64ULL << 20;
 constexpr uint64_t kCellFrameBudget = 64ULL << 20;
 // stdout/stderr switches the runtime may ask to order (one round trip each).
 constexpr uint64_t kMaxSyncsPerCell = 1000000;
-
-std::string FormatSeconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g s", s);
-  return buf;
-}
 
 double Ms(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -717,115 +712,46 @@ struct Sandbox::State {
       }
     }
 
-    const bool session_cell = cell && !cell->spec.last;
-    if (!dead() && cell && cell->outputs.replied()) {
-      // The runtime answered; the sandbox lives on (sessions).
+    Observations o;
+    if (cell) {
       const Cell& c = *cell;
-      const std::string status = c.outputs.reply_status().value_or("error");
-      r.exit_code = static_cast<int>(c.outputs.exit_code().value_or(status == "ok" ? 0 : 1));
-      r.session_state = "kept";
-      r.phases.run_ms = r.duration_ms;  // the other phases belong to the session's start
-      const bool keyboard = c.outputs.error() && c.outputs.error()->name == "KeyboardInterrupt";
-      if (c.timed_out && keyboard) {
-        r.outcome = Outcome::kTimeout;
-        r.reason = "wall-clock timeout of " + FormatSeconds(c.spec.timeout_s) +
-                   ": the cell was interrupted (KeyboardInterrupt); the session's state is kept";
-      } else if (c.interrupted && keyboard) {
-        r.outcome = Outcome::kInterrupted;
-        r.reason = "interrupted on request (KeyboardInterrupt); the session's state is kept";
-      } else if (status == "ok") {
-        r.outcome = Outcome::kOk;
-        r.reason = "ok";
-      } else if (status == "policy_violation" && c.outputs.policy_violation()) {
-        r.outcome = Outcome::kPolicyViolation;
-        r.reason = c.outputs.policy_violation()->message;
-      } else if (status == "exit") {
-        r.outcome = r.exit_code == 0 ? Outcome::kOk : Outcome::kError;
-        r.reason = "SystemExit(" + std::to_string(r.exit_code) + "); the session goes on";
-      } else {
-        r.outcome = Outcome::kError;
-        r.reason =
-            c.outputs.error() ? c.outputs.error()->name + ": " + c.outputs.error()->value : "error";
-      }
-      return r;
+      o.has_cell = true;
+      o.last = c.spec.last;
+      o.cell_timeout_s = c.spec.timeout_s;
+      o.timed_out = c.timed_out;
+      o.interrupted = c.interrupted;
+      o.reply_status = c.outputs.reply_status();
+      o.reply_exit_code = c.outputs.exit_code();
+      o.error = c.outputs.error();
+      o.policy_violation = c.outputs.policy_violation();
+      o.outputs_truncated = c.outputs_truncated;
+      o.stdout_truncated = c.stdout_truncated;
+      o.stderr_truncated = c.stderr_truncated;
     }
-
-    // The sandbox is gone: the first terminal cause wins.
-    if (session_cell) r.session_state = "lost";
-    if (failure && !kill_reason) {
-      r.outcome = Outcome::kSetupError;
-      r.setup_error =
-          SetupErrorInfo{static_cast<SetupStep>(failure->step), failure->err, failure_text};
-      r.reason = failure_text;
-    } else if (kill_reason) {
-      r.outcome = *kill_reason;
-      r.signal = SIGKILL;
-      if (*kill_reason == Outcome::kTimeout) {
-        r.reason = "wall-clock timeout of " +
-                   FormatSeconds(cell ? cell->spec.timeout_s : limits.wall_timeout_s);
-        if (cell && cell->timed_out)
-          r.reason += ": the interrupt went unanswered, the sandbox was killed";
-      } else if (*kill_reason == Outcome::kCpuLimit) {
-        r.reason = "cpu-time limit of " + FormatSeconds(limits.cpu_time_s);
-      } else if (*kill_reason == Outcome::kCancelled) {
-        r.reason = "cancelled: the caller went away";
-      } else if (*kill_reason == Outcome::kOutputLimit) {
-        r.reason = r.outputs_truncated
-                       ? "rich outputs passed " + FormatSize(kCellFrameBudget) + " or " +
-                             std::to_string(kMaxOutputsPerCell) + " outputs"
-                       : "output passed " + FormatSize(limits.output_bytes) + " on " +
-                             (r.stdout_truncated ? "stdout" : "stderr");
-      }
-    } else if (protocol_error) {
-      r.outcome = Outcome::kProtocolError;
-      r.signal = SIGKILL;
-      r.reason = *protocol_error;
-    } else if (cell && cell->outputs.reply_status() == "policy_violation" &&
-               cell->outputs.policy_violation()) {
-      r.outcome = Outcome::kPolicyViolation;
-      r.exit_code = worker_status && WIFEXITED(*worker_status) ? WEXITSTATUS(*worker_status) : -1;
-      r.reason = cell->outputs.policy_violation()->message;
-    } else if (worker_status) {
-      const int ws = *worker_status;
-      if (WIFEXITED(ws)) {
-        r.exit_code = WEXITSTATUS(ws);
-        r.outcome = r.exit_code == 0 ? Outcome::kOk : Outcome::kError;
-        r.reason = r.exit_code == 0 ? "exited 0" : "exited " + std::to_string(r.exit_code);
-        if (r.exit_code != 0 && r.error) r.reason = r.error->name + ": " + r.error->value;
-        if (session_cell) r.reason += " (the interpreter exited: the session ended)";
-      } else if (WIFSIGNALED(ws)) {
-        r.signal = WTERMSIG(ws);
-        const double cpu_limit_s = policy::CpuBackstopSeconds(
-            limits, cell ? cell->spec.timeout_s : limits.wall_timeout_s, cgroup != nullptr);
-        const bool cpu_spent = r.cpu_ms >= cpu_limit_s * 1e3;
-        if (r.signal == SIGSYS) {
-          r.outcome = Outcome::kPolicyViolation;
-          r.reason = "killed by seccomp (a forbidden system call ABI)";
-        } else if (r.signal == SIGKILL && r.oom_kills > 0) {
-          r.outcome = Outcome::kMemoryLimit;
-          r.reason = "out of memory: limit " + FormatSize(limits.memory_bytes);
-        } else if (r.signal == SIGXCPU || (r.signal == SIGKILL && cpu_spent)) {
-          r.outcome = Outcome::kCpuLimit;
-          r.reason = "cpu-time limit of " + FormatSeconds(cpu_limit_s) + " (RLIMIT_CPU)";
-        } else {
-          r.outcome = Outcome::kSignaled;
-          r.reason = std::string("killed by signal ") + std::to_string(r.signal);
-        }
-      }
-    } else if (r.oom_kills > 0) {
-      r.outcome = Outcome::kMemoryLimit;
-      r.signal = SIGKILL;
-      r.reason = "out of memory: limit " + FormatSize(limits.memory_bytes);
-    } else {
-      r.outcome = Outcome::kSetupError;
-      std::string why = WIFSIGNALED(init_status)
-                            ? "killed by signal " + std::to_string(WTERMSIG(init_status))
-                            : "exited " + std::to_string(WEXITSTATUS(init_status));
-      r.setup_error =
-          SetupErrorInfo{SetupStep::kNone, 0,
-                         "the sandbox's pid 1 " + why + " without reporting the program's status"};
-      r.reason = r.setup_error->message;
+    o.dead = dead();
+    if (failure) {
+      o.failure_step = static_cast<SetupStep>(failure->step);
+      o.failure_errno = failure->err;
+      o.failure_text = failure_text;
     }
+    o.kill_reason = kill_reason;
+    o.protocol_error = protocol_error;
+    o.worker_status = worker_status;
+    o.init_status = init_status;
+    o.oom_kills = r.oom_kills;
+    o.cpu_ms = r.cpu_ms;
+    o.has_cgroup = cgroup != nullptr;
+    o.limits = limits;
+    o.cell_frame_budget = kCellFrameBudget;
+    Verdict v = Classify(o);
+    r.outcome = v.outcome;
+    r.exit_code = v.exit_code;
+    r.signal = v.signal;
+    r.reason = std::move(v.reason);
+    r.setup_error = std::move(v.setup_error);
+    r.session_state = std::move(v.session_state);
+    // The other phases belong to the session's start.
+    if (r.session_state == "kept") r.phases.run_ms = r.duration_ms;
     return r;
   }
 };

@@ -31,6 +31,7 @@
 #include "supervisor/outcome.h"
 #include "supervisor/runtime_channel.h"
 #include "supervisor/sync_channel.h"
+#include "supervisor/verify.h"
 #include "supervisor/workspace.h"
 #include "supervisor/workspace_files.h"
 #include "sys/syscalls.h"
@@ -148,6 +149,7 @@ struct Sandbox::State {
   std::vector<UniqueFd> keep_fds;
   CStringArray argv, envp;
   std::unique_ptr<isolation::Cgroup> cgroup;
+  std::string cgroup_name;  // the last component of its path (Launch)
   bool use_cgroup = false;
   std::string limits_backend;
   pid_t warm_up = 0;
@@ -406,6 +408,17 @@ struct Sandbox::State {
           // 1 before the fork (kAttachMe).
           if (!enter_cgroup) t_attach_asked = t_attached = now;
           attached = true;
+          // Every layer, seen from outside, before any line of the program
+          // is sent (S7, verify.h): fail closed.
+          if (Status checked = VerifyFromOutside(m.sender); !checked.ok()) {
+            if (!failure) {
+              failure = SyncMessage{
+                  SyncTag::kFailure, static_cast<uint8_t>(SetupStep::kVerify), 0, 0, -1, 0};
+              failure_text =
+                  "the sandbox failed its check from outside: " + checked.error().message;
+            }
+            Kill(std::nullopt);
+          }
           break;
         case SyncTag::kWorkerExited:
           if (!worker_status) {
@@ -429,6 +442,22 @@ struct Sandbox::State {
           break;
       }
     }
+  }
+
+  // A cold sandbox's pid 1 and worker, checked from outside as the pool
+  // checks a pooled one (verify.h): seccomp, no_new_privs, no capability,
+  // its host ids, its pid namespace, its cgroup, its own namespaces.
+  Status VerifyFromOutside(pid_t worker) const {
+    SandboxFacts facts;
+    facts.init_pid = pid;
+    facts.worker_pid = worker;
+    facts.uid = slot->outer_uid();
+    facts.gid = slot->outer_gid();
+    if (cgroup) {
+      facts.cgroup_name = cgroup_name;
+      facts.cgroup_v2 = host->cgroups->mode() == isolation::CgroupMode::kV2;
+    }
+    return VerifySandbox(facts);
   }
 
   // One round of the event loop: waits until `wake` at most, handles what is
@@ -844,8 +873,9 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
       have_cgroup ? SandboxCgroupLimits(limits, SandboxIoDevices(s.mounts))
                   : isolation::CgroupLimits{};
   auto create_cgroup = [sp_state, &host, &cgroup_limits]() -> Status {
+    sp_state->cgroup_name = UniqueCgroupName();
     KILN_ASSIGN_OR_RETURN(sp_state->cgroup,
-                          host.cgroups->Create(UniqueCgroupName(), cgroup_limits));
+                          host.cgroups->Create(sp_state->cgroup_name, cgroup_limits));
     return OkStatus();
   };
   if (have_cgroup && !create_after_clone) {
@@ -1245,7 +1275,13 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
   finish.collect_only = options.collect_only;
   finish.return_files = options.return_files;
   finish.on_result = options.on_result;
-  return sandbox->Finish(finish);
+  ExecutionResult result = sandbox->Finish(finish);
+  // A layer was missing when checked from outside: a fault of kiln's or the
+  // host's, not a result of the program (none of it ran).
+  if (result.setup_error && result.setup_error->step == SetupStep::kVerify) {
+    return Internal(result.reason);
+  }
+  return result;
 }
 
 Status EnsureFontCache(const HostContext& host) {

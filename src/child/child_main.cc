@@ -17,13 +17,10 @@
 
 #include "child/child_plan.h"
 #include "child/child_steps.h"
+#include "child/closing_steps.h"
 #include "child/sync_message.h"
-#include "isolation/caps.h"
-#include "isolation/landlock.h"
 #include "isolation/mount_ns.h"
 #include "isolation/net_ns.h"
-#include "isolation/rlimits.h"
-#include "isolation/seccomp.h"
 #include "isolation/user_ns.h"
 #include "sys/syscalls.h"
 
@@ -151,36 +148,25 @@ void RunChild(const ChildPlan& plan) {
   // C15. Keep only the fds the plan lists.
   KILN_CHILD_STEP(SetupStep::kCloseFds,
                   ArrangeFds(plan.code_fd, plan.sync_fd, plan.stdout_fd, plan.stderr_fd));
-  // C16. No capability survives, in any set, for us or anything we exec. A
-  //      zygote keeps CAP_SETUID and CAP_SETGID of its own user namespace,
-  //      ambient so that they survive the exec of its interpreter: it gives
-  //      each child its own uid; every other step happens in the child's own
-  //      user namespace (zygote_child.cc).
-  if (plan.zygote) {
-    KILN_CHILD_STEP(SetupStep::kDropCaps, isolation::KeepOnlySetIdCapsInChild(plan.last_cap));
-  } else {
-    KILN_CHILD_STEP(SetupStep::kDropCaps, isolation::DropAllCapabilitiesInChild(plan.last_cap));
-  }
-  // C17. Per-process limits (and the rlimit fallback when there is no cgroup).
-  int failed_rlimit = -1;
-  if (isolation::ApplyRlimitsInChild(plan.rlimits, &failed_rlimit) != 0) {
-    Fail(SetupStep::kRlimits, errno, failed_rlimit);
-  }
-  // C18. No exec can grant privileges again (setuid bits, file caps); also what
-  //      lets an unprivileged process install Landlock and seccomp.
-  KILN_CHILD_STEP(SetupStep::kNoNewPrivs, ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0));
-  // C19. Landlock: writes only beneath the writable mounts; TCP and, on ABI >= 6,
-  //      signals and abstract sockets scoped to the sandbox.
-  if (plan.landlock.abi > 0) {
-    KILN_CHILD_STEP(SetupStep::kLandlock, isolation::ApplyLandlockInChild(plan.landlock));
-  }
-  // C20. seccomp last, so its filter need not allow any setup call. Not in a
-  //      zygote: its children unshare and mount, then install it themselves
-  //      (and Landlock, whose plan a zygote's ChildPlan leaves at ABI 0).
-  if (!plan.zygote) {
-    KILN_CHILD_STEP(SetupStep::kSeccomp,
-                    isolation::ApplySeccompInChild(plan.seccomp, plan.seccomp_length));
-  }
+  // C16-C20. No capability survives, in any set, for us or anything we exec;
+  //          rlimits (and the rlimit fallback when there is no cgroup);
+  //          no_new_privs; Landlock; seccomp last, so its filter need not
+  //          allow any setup call (closing_steps.h). A zygote keeps
+  //          CAP_SETUID and CAP_SETGID of its own user namespace, ambient so
+  //          that they survive the exec of its interpreter: it gives each
+  //          child its own uid; every other step happens in the child's own
+  //          user namespace (zygote_child.cc). Nor does it install seccomp:
+  //          its children unshare and mount, then install it themselves (and
+  //          Landlock, whose plan a zygote's ChildPlan leaves at ABI 0).
+  ClosingPlan closing;
+  closing.last_cap = plan.last_cap;
+  closing.keep_setid_caps = plan.zygote;
+  closing.rlimits = &plan.rlimits;
+  closing.landlock = &plan.landlock;
+  closing.install_seccomp = !plan.zygote;
+  closing.seccomp = plan.seccomp;
+  closing.seccomp_length = plan.seccomp_length;
+  ApplyClosingRestrictions(closing);
   // C21. The worker runs the program; we stay pid 1. SIGCHLD is blocked
   //      before the fork: the init of C22 reads it through a signalfd, so
   //      that one poll(2) also watches the setup channel (the worker

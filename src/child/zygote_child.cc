@@ -17,10 +17,9 @@
 
 #include "child/child_plan.h"
 #include "child/child_steps.h"
+#include "child/closing_steps.h"
 #include "child/sync_message.h"
-#include "isolation/caps.h"
 #include "isolation/net_ns.h"
-#include "isolation/seccomp.h"
 #include "isolation/user_ns.h"
 #include "sys/syscalls.h"
 
@@ -143,20 +142,16 @@ void RunSandboxInit(const ZygoteChildPlan& plan) {
   // 11. Keep only the four fds of the sandbox.
   KILN_CHILD_STEP(SetupStep::kCloseFds,
                   ArrangeFds(plan.code_fd, plan.sync_fd, plan.stdout_fd, plan.stderr_fd));
-  // 12-16. As a cold sandbox: no capability, rlimits, no_new_privs, Landlock
-  //     (its own domain: signals and abstract sockets scoped to this
-  //     sandbox, not its siblings), seccomp last.
-  KILN_CHILD_STEP(SetupStep::kDropCaps, isolation::DropAllCapabilitiesInChild(plan.last_cap));
-  int failed_rlimit = -1;
-  if (isolation::ApplyRlimitsInChild(plan.rlimits, &failed_rlimit) != 0) {
-    Fail(SetupStep::kRlimits, errno, failed_rlimit);
-  }
-  KILN_CHILD_STEP(SetupStep::kNoNewPrivs, ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0));
-  if (plan.landlock.abi > 0) {
-    KILN_CHILD_STEP(SetupStep::kLandlock, isolation::ApplyLandlockInChild(plan.landlock));
-  }
-  KILN_CHILD_STEP(SetupStep::kSeccomp,
-                  isolation::ApplySeccompInChild(plan.seccomp, plan.seccomp_length));
+  // 12-16. As a cold sandbox (C16-C20, closing_steps.h): no capability,
+  //     rlimits, no_new_privs, Landlock (its own domain: signals and abstract
+  //     sockets scoped to this sandbox, not its siblings), seccomp last.
+  ClosingPlan closing;
+  closing.last_cap = plan.last_cap;
+  closing.rlimits = &plan.rlimits;
+  closing.landlock = &plan.landlock;
+  closing.seccomp = plan.seccomp;
+  closing.seccomp_length = plan.seccomp_length;
+  ApplyClosingRestrictions(closing);
   // 17. The worker runs the program; we stay pid 1. SIGCHLD is blocked
   //     before the fork (pid 1 reads it through a signalfd, so that one
   //     poll(2) also watches the setup channel; the worker unblocks it).

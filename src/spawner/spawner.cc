@@ -313,8 +313,11 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config,
   setup_waiters.cancel_fd = ch.fd();  // anything from the server before ready: it gave up
   if (!sbx.WaitReady(setup_waiters)) {
     supervisor::ExecutionResult r = sbx.Finish({});
-    reply_error(
-        MakeError(Code::kFailedPrecondition, "the session's sandbox did not start: " + r.reason));
+    // A layer missing when checked from outside (supervisor/verify.h) is
+    // kiln's or the host's fault, as for one-shot executions.
+    const bool verify = r.setup_error && r.setup_error->step == SetupStep::kVerify;
+    reply_error(MakeError(verify ? Code::kInternal : Code::kFailedPrecondition,
+                          "the session's sandbox did not start: " + r.reason));
   }
   const policy::Limits& limits = policy->limits();
   (void)ch.Write({{"type", "ready"},

@@ -24,12 +24,14 @@
 #include "base/units.h"
 #include "child/child_plan.h"
 #include "child/sync_message.h"
-#include "ipc/frame.h"
 #include "isolation/mount_ns.h"
 #include "isolation/rlimits.h"
 #include "isolation/user_ns.h"
 #include "supervisor/cell_outputs.h"
+#include "supervisor/outcome.h"
+#include "supervisor/runtime_channel.h"
 #include "supervisor/sync_channel.h"
+#include "supervisor/verify.h"
 #include "supervisor/workspace.h"
 #include "supervisor/workspace_files.h"
 #include "sys/syscalls.h"
@@ -46,11 +48,6 @@ constexpr auto kSetupTimeout = std::chrono::seconds(20);
 constexpr auto kCpuPollInterval = std::chrono::milliseconds(50);
 constexpr auto kDrainTimeout = std::chrono::seconds(2);
 constexpr uint64_t kMaxProgramBytes = 64ULL << 20;
-// All frames of one cell together (rich outputs, tracebacks): past it, the
-// sandbox is killed with output_limit. Images have their own, smaller caps.
-constexpr uint64_t kCellFrameBudget = 64ULL << 20;
-// stdout/stderr switches the runtime may ask to order (one round trip each).
-constexpr uint64_t kMaxSyncsPerCell = 1000000;
 
 // setpriority(2) of each thread of `pid` (nice is per thread).
 Status SetNiceOfEveryThread(pid_t pid, int nice) {
@@ -66,12 +63,6 @@ Status SetNiceOfEveryThread(pid_t pid, int nice) {
   }
   if (ec) return MakeError(Code::kUnavailable, "the pooled worker's threads: " + ec.message());
   return OkStatus();
-}
-
-std::string FormatSeconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g s", s);
-  return buf;
 }
 
 double Ms(Clock::time_point a, Clock::time_point b) {
@@ -174,6 +165,7 @@ struct Sandbox::State {
   std::vector<UniqueFd> keep_fds;
   CStringArray argv, envp;
   std::unique_ptr<isolation::Cgroup> cgroup;
+  std::string cgroup_name;  // the last component of its path (Launch)
   bool use_cgroup = false;
   std::string limits_backend;
   pid_t warm_up = 0;
@@ -192,9 +184,11 @@ struct Sandbox::State {
   UniqueFd workspace_fd;
 
   // Connection state.
-  ipc::FrameReader frames;
-  std::string to_runtime;
-  bool hello = false, attached = false;
+  // The runtime channel's frames, checked, and the current cell's outputs
+  // (the frames over the cell's budget: an output-limit kill).
+  const RuntimeChannel::Limits rt_limits{};
+  RuntimeChannel rt{rt_limits};
+  bool attached = false;
   // cgroup v1 (ChildPlan::enter_cgroup): pid 1 asks to be attached; set once
   // it is in the cgroup and has been told.
   bool enter_cgroup = false, init_attached = false;
@@ -207,25 +201,19 @@ struct Sandbox::State {
   std::optional<std::string> protocol_error;
   bool killed = false;
   int64_t cells_started = 0;
-  // One-shot: the runtime's `exiting` frame (its exit code, sent after the
-  // program's own exit work): the result is known before the process is gone.
-  std::optional<int> exit_reported;
 
   // The cell in progress (or the last one).
+  // Its outputs and protocol state are the runtime channel's (rt).
   struct Cell {
     CellSpec spec;
-    CellOutputs outputs;
     std::string stdout_data, stderr_data;
     bool stdout_truncated = false, stderr_truncated = false, outputs_truncated = false;
-    uint64_t syncs = 0;
     Clock::time_point t_sent{}, t_end{}, deadline{}, grace_deadline = Clock::time_point::max();
     bool timed_out = false;    // the wall-clock timeout interrupted it
     bool interrupted = false;  // Interrupt() on request
     uint64_t cpu_start_usec = 0;
-    bool shutdown_sent = false;
     const EventSink* sink = nullptr;
-    Cell(CellSpec s, const policy::DisplayLimits& d, int64_t number)
-        : spec(std::move(s)), outputs(number, d, kCellFrameBudget) {}
+    explicit Cell(CellSpec s) : spec(std::move(s)) {}
   };
   std::optional<Cell> cell;
   size_t emitted_outputs = 0;  // outputs of the cell already sent as events
@@ -279,7 +267,7 @@ struct Sandbox::State {
       *open = ReadCapped(fd, buf, limits.output_bytes, &over);
       const std::string_view fresh = std::string_view(*buf).substr(before);
       if (!fresh.empty()) {
-        cell->outputs.AddStream(name, fresh);
+        rt.outputs().AddStream(name, fresh);
         Emit(name, {{"text", std::string(fresh)}});
       }
       if (over) {
@@ -293,7 +281,7 @@ struct Sandbox::State {
   }
 
   void EmitNewOutputs() {
-    const auto& outs = cell->outputs.outputs();
+    const auto& outs = rt.outputs().outputs();
     for (; emitted_outputs < outs.size(); ++emitted_outputs) {
       const auto& o = outs[emitted_outputs];
       if (const char* name = EventNameFor(o)) Emit(name, o);
@@ -306,18 +294,7 @@ struct Sandbox::State {
     // session's so far) where the host can reset it; the runtime has not
     // seen the cell yet (it is only queued here).
     if (cgroup && !c.spec.last) (void)cgroup->ResetMemoryPeak();
-    nlohmann::json modules = pol->import_policy().modules;
-    to_runtime +=
-        ipc::EncodeMessage({{"type", "execute"},
-                            {"cell", cells_started},
-                            {"code", c.spec.code},
-                            {"filename", c.spec.filename},
-                            {"import_policy",
-                             {{"mode", std::string(policy::ToString(pol->import_policy().mode))},
-                              {"modules", modules}}},
-                            {"limits",
-                             {{"max_images", pol->display_limits().max_images},
-                              {"max_image_bytes", pol->display_limits().max_image_bytes}}}});
+    rt.SendExecute(c.spec.code, c.spec.filename, pol->import_policy(), pol->display_limits());
     c.t_sent = Clock::now();
     c.deadline = c.t_sent + std::chrono::duration_cast<Clock::duration>(
                                 std::chrono::duration<double>(c.spec.timeout_s));
@@ -329,88 +306,32 @@ struct Sandbox::State {
   }
 
   void HandleFrames() {
+    using Kind = RuntimeChannel::EventKind;
     for (;;) {
-      auto next = frames.Next();
-      if (!next.ok()) {
-        Violate("the runtime sent an oversized frame: " + next.error().message);
-        return;
-      }
-      if (!next->has_value()) return;
-      const std::string& payload = **next;
-      DrainStreams();
-      auto parsed = ipc::ParseFrame(payload);
-      if (!parsed.ok()) {
-        Violate("the runtime sent a malformed frame: " + parsed.error().message);
-        return;
-      }
-      const std::string type = (*parsed)["type"].get<std::string>();
-      if (type == "hello") {
-        auto version = ipc::GetInt(*parsed, "protocol");
-        if (hello || cell) {
-          Violate("the runtime said hello twice");
-        } else if (!version.ok() || *version != ipc::kProtocolVersion) {
-          Violate("the runtime speaks protocol " +
-                  (version.ok() ? std::to_string(*version) : std::string("?")) + ", kiln speaks " +
-                  std::to_string(ipc::kProtocolVersion));
-        } else {
-          hello = true;
-        }
-        continue;
-      }
-      if (cell && cell->outputs.replied() && cell->spec.last) {
-        // After a one-shot cell: the program's exit work (its threads may
-        // still write, in order) and then the exit code.
-        if (type == "sync" && !exit_reported && ++cell->syncs <= kMaxSyncsPerCell) {
-          to_runtime += ipc::EncodeMessage({{"type", "synced"}});
-          continue;
-        }
-        if (type == "exiting" && !exit_reported) {
-          auto code = ipc::GetInt(*parsed, "exit_code");
-          if (!code.ok() || *code < 0 || *code > 255) {
-            Violate("the runtime sent a malformed 'exiting' frame");
-            return;
-          }
-          exit_reported = static_cast<int>(*code);
-          if (!worker_status) worker_status = (*exit_reported & 0xff) << 8;  // W_EXITCODE(code, 0)
-          t_exit = Clock::now();
-          continue;
-        }
-      }
-      if (!cell || cell->outputs.replied()) {
-        Violate("the runtime sent '" + type + "' " +
-                (cell ? "after the cell's execute_reply" : "before any cell"));
-        return;
-      }
-      if (type == "sync") {
-        // The pipes were drained up to this frame (above): stdout and stderr
-        // written before it are in order; let the runtime go on.
-        if (++cell->syncs > kMaxSyncsPerCell) {
+      // Output written before a frame is in the pipes before it: read first.
+      const RuntimeChannel::Event ev = rt.Next([this] { DrainStreams(); });
+      switch (ev.kind) {
+        case Kind::kNone: return;
+        case Kind::kHello:
+        case Kind::kSynced: continue;
+        case Kind::kBadHello: Violate(ev.reason); continue;
+        case Kind::kProtocolError: Violate(ev.reason); return;
+        case Kind::kOutputLimit:
           cell->outputs_truncated = true;
           Kill(Outcome::kOutputLimit);
           return;
-        }
-        to_runtime += ipc::EncodeMessage({{"type", "synced"}});
-        continue;
-      }
-      auto verdict = cell->outputs.OnFrame(*parsed, payload.size() + 4);
-      if (!verdict.ok()) {
-        Violate("the runtime broke the protocol: " + verdict.error().message);
-        return;
-      }
-      if (*verdict == CellOutputs::FrameVerdict::kOverBudget) {
-        cell->outputs_truncated = true;
-        Kill(Outcome::kOutputLimit);
-        return;
-      }
-      EmitNewOutputs();
-      if (cell->outputs.replied()) {
-        cell->t_end = Clock::now();
-        next_cpu_poll = Clock::time_point::max();
-        if (cell->spec.last && !cell->shutdown_sent) {
-          // One-shot: the cell is done; the runtime exits with its status.
-          to_runtime += ipc::EncodeMessage({{"type", "shutdown"}});
-          cell->shutdown_sent = true;
-        }
+        case Kind::kExiting:
+          // One-shot: the program's exit work is done; the result is known
+          // before the process is gone.
+          if (!worker_status) worker_status = (ev.exit_code & 0xff) << 8;  // W_EXITCODE(code, 0)
+          t_exit = Clock::now();
+          continue;
+        case Kind::kOutput: EmitNewOutputs(); continue;
+        case Kind::kReplied:
+          EmitNewOutputs();
+          cell->t_end = Clock::now();
+          next_cpu_poll = Clock::time_point::max();
+          continue;
       }
     }
   }
@@ -428,7 +349,7 @@ struct Sandbox::State {
         rt_open = false;
         break;
       }
-      frames.Feed(chunk, static_cast<size_t>(n));
+      rt.Feed(chunk, static_cast<size_t>(n));
       HandleFrames();
       if (protocol_error) break;
     }
@@ -503,6 +424,17 @@ struct Sandbox::State {
           // 1 before the fork (kAttachMe).
           if (!enter_cgroup) t_attach_asked = t_attached = now;
           attached = true;
+          // Every layer, seen from outside, before any line of the program
+          // is sent (S7, verify.h): fail closed.
+          if (Status checked = VerifyFromOutside(m.sender); !checked.ok()) {
+            if (!failure) {
+              failure = SyncMessage{
+                  SyncTag::kFailure, static_cast<uint8_t>(SetupStep::kVerify), 0, 0, -1, 0};
+              failure_text =
+                  "the sandbox failed its check from outside: " + checked.error().message;
+            }
+            Kill(std::nullopt);
+          }
           break;
         case SyncTag::kWorkerExited:
           if (!worker_status) {
@@ -528,6 +460,22 @@ struct Sandbox::State {
     }
   }
 
+  // A cold sandbox's pid 1 and worker, checked from outside as the pool
+  // checks a pooled one (verify.h): seccomp, no_new_privs, no capability,
+  // its host ids, its pid namespace, its cgroup, its own namespaces.
+  Status VerifyFromOutside(pid_t worker) const {
+    SandboxFacts facts;
+    facts.init_pid = pid;
+    facts.worker_pid = worker;
+    facts.uid = slot->outer_uid();
+    facts.gid = slot->outer_gid();
+    if (cgroup) {
+      facts.cgroup_name = cgroup_name;
+      facts.cgroup_v2 = host->cgroups->mode() == isolation::CgroupMode::kV2;
+    }
+    return VerifySandbox(facts);
+  }
+
   // One round of the event loop: waits until `wake` at most, handles what is
   // ready. The runtime channel and the capture pipes are read only while a
   // cell runs (or during setup for the channel's hello).
@@ -535,7 +483,7 @@ struct Sandbox::State {
     pollfd fds[8];
     int n = 0;
     int idx_sync = -1, idx_out = -1, idx_err = -1, idx_rt = -1, idx_cancel = -1, idx_control = -1;
-    const bool in_cell = cell.has_value() && (!cell->outputs.replied() || cell->spec.last);
+    const bool in_cell = cell.has_value() && (!rt.replied() || cell->spec.last);
     if (sync_open) {
       idx_sync = n;
       fds[n++] = {sync_parent.get(), POLLIN, 0};
@@ -558,9 +506,9 @@ struct Sandbox::State {
       idx_control = n;
       fds[n++] = {waiters.control_fd, POLLIN, 0};
     }
-    if (rt_open && (in_cell || !hello)) {
+    if (rt_open && (in_cell || !rt.hello())) {
       idx_rt = n;
-      fds[n++] = {rt_parent.get(), static_cast<short>(POLLIN | (to_runtime.empty() ? 0 : POLLOUT)),
+      fds[n++] = {rt_parent.get(), static_cast<short>(POLLIN | (rt.outbox().empty() ? 0 : POLLOUT)),
                   0};
     }
     const auto now0 = Clock::now();
@@ -572,12 +520,13 @@ struct Sandbox::State {
     if (rc <= 0) return OkStatus();
 
     if (idx_sync >= 0 && fds[idx_sync].revents != 0) OnSyncRecords(now);
-    if (idx_rt >= 0 && (fds[idx_rt].revents & POLLOUT) != 0 && !to_runtime.empty()) {
-      ssize_t w = ::send(rt_parent.get(), to_runtime.data(), to_runtime.size(), MSG_NOSIGNAL);
+    std::string& outbox = rt.outbox();
+    if (idx_rt >= 0 && (fds[idx_rt].revents & POLLOUT) != 0 && !outbox.empty()) {
+      ssize_t w = ::send(rt_parent.get(), outbox.data(), outbox.size(), MSG_NOSIGNAL);
       if (w > 0) {
-        to_runtime.erase(0, static_cast<size_t>(w));
+        outbox.erase(0, static_cast<size_t>(w));
       } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
-        to_runtime.clear();  // the runtime is gone; its exit status will tell
+        outbox.clear();  // the runtime is gone; its exit status will tell
       }
     }
     if (idx_rt >= 0 && (fds[idx_rt].revents & (POLLIN | POLLHUP | POLLERR)) != 0) ReadRuntime();
@@ -615,7 +564,7 @@ struct Sandbox::State {
     // Late records (the worker's status can race pid 1's exit) and the rest of
     // the output: every writer is dead, so these reach EOF quickly.
     const auto drain_deadline = Clock::now() + kDrainTimeout;
-    const bool in_cell = cell.has_value() && (!cell->outputs.replied() || cell->spec.last);
+    const bool in_cell = cell.has_value() && (!rt.replied() || cell->spec.last);
     if (!in_cell) out_open = err_open = false;  // between cells: nothing to attribute
     while ((out_open || err_open || sync_open || (rt_open && !protocol_error && in_cell)) &&
            Clock::now() < drain_deadline) {
@@ -640,16 +589,14 @@ struct Sandbox::State {
         ::poll(pf, 3, 20);
       }
     }
-    if (in_cell && frames.pending() > 0 && !protocol_error && !kill_reason && !failure) {
-      protocol_error = "the runtime's channel ended inside a frame (" +
-                       std::to_string(frames.pending()) + " bytes of a truncated frame)";
-    }
+    if (in_cell && !protocol_error && !kill_reason && !failure)
+      protocol_error = rt.TruncatedFrame();
   }
 
   // Limits while a cell runs: wall clock (with the interrupt step for
   // sessions), cpu time of the cell.
   void CheckCellLimits() {
-    if (!cell || cell->outputs.replied() || dead()) return;
+    if (!cell || rt.replied() || dead()) return;
     Cell& c = *cell;
     const auto now = Clock::now();
     if (now >= c.deadline && !c.timed_out) {
@@ -685,8 +632,8 @@ struct Sandbox::State {
 
   Clock::time_point NextWake() const {
     Clock::time_point wake = Clock::now() + std::chrono::seconds(1);
-    if (!hello || !attached) wake = std::min(wake, setup_deadline);
-    if (cell && !cell->outputs.replied()) {
+    if (!rt.hello() || !attached) wake = std::min(wake, setup_deadline);
+    if (cell && !rt.replied()) {
       wake =
           std::min({wake, cell->timed_out ? cell->grace_deadline : cell->deadline, next_cpu_poll});
     }
@@ -705,11 +652,12 @@ struct Sandbox::State {
       r.stdout_truncated = c.stdout_truncated;
       r.stderr_truncated = c.stderr_truncated;
       r.outputs_truncated = c.outputs_truncated;
-      r.outputs = c.outputs.outputs();
-      r.error = c.outputs.error();
-      r.execution_count = c.outputs.execution_count();
-      r.outputs_dropped = c.outputs.dropped();
-      r.policy_violation = c.outputs.policy_violation();
+      const CellOutputs& outputs = rt.outputs();
+      r.outputs = outputs.outputs();
+      r.error = outputs.error();
+      r.execution_count = outputs.execution_count();
+      r.outputs_dropped = outputs.dropped();
+      r.policy_violation = outputs.policy_violation();
       const auto end = c.t_end.time_since_epoch().count() ? c.t_end : t_exit;
       r.duration_ms = c.t_sent.time_since_epoch().count() && end.time_since_epoch().count()
                           ? Ms(c.t_sent, end)
@@ -733,115 +681,47 @@ struct Sandbox::State {
       }
     }
 
-    const bool session_cell = cell && !cell->spec.last;
-    if (!dead() && cell && cell->outputs.replied()) {
-      // The runtime answered; the sandbox lives on (sessions).
+    Observations o;
+    if (cell) {
       const Cell& c = *cell;
-      const std::string status = c.outputs.reply_status().value_or("error");
-      r.exit_code = static_cast<int>(c.outputs.exit_code().value_or(status == "ok" ? 0 : 1));
-      r.session_state = "kept";
-      r.phases.run_ms = r.duration_ms;  // the other phases belong to the session's start
-      const bool keyboard = c.outputs.error() && c.outputs.error()->name == "KeyboardInterrupt";
-      if (c.timed_out && keyboard) {
-        r.outcome = Outcome::kTimeout;
-        r.reason = "wall-clock timeout of " + FormatSeconds(c.spec.timeout_s) +
-                   ": the cell was interrupted (KeyboardInterrupt); the session's state is kept";
-      } else if (c.interrupted && keyboard) {
-        r.outcome = Outcome::kInterrupted;
-        r.reason = "interrupted on request (KeyboardInterrupt); the session's state is kept";
-      } else if (status == "ok") {
-        r.outcome = Outcome::kOk;
-        r.reason = "ok";
-      } else if (status == "policy_violation" && c.outputs.policy_violation()) {
-        r.outcome = Outcome::kPolicyViolation;
-        r.reason = c.outputs.policy_violation()->message;
-      } else if (status == "exit") {
-        r.outcome = r.exit_code == 0 ? Outcome::kOk : Outcome::kError;
-        r.reason = "SystemExit(" + std::to_string(r.exit_code) + "); the session goes on";
-      } else {
-        r.outcome = Outcome::kError;
-        r.reason =
-            c.outputs.error() ? c.outputs.error()->name + ": " + c.outputs.error()->value : "error";
-      }
-      return r;
+      o.has_cell = true;
+      o.last = c.spec.last;
+      o.cell_timeout_s = c.spec.timeout_s;
+      o.timed_out = c.timed_out;
+      o.interrupted = c.interrupted;
+      const CellOutputs& outputs = rt.outputs();
+      o.reply_status = outputs.reply_status();
+      o.reply_exit_code = outputs.exit_code();
+      o.error = outputs.error();
+      o.policy_violation = outputs.policy_violation();
+      o.outputs_truncated = c.outputs_truncated;
+      o.stdout_truncated = c.stdout_truncated;
+      o.stderr_truncated = c.stderr_truncated;
     }
-
-    // The sandbox is gone: the first terminal cause wins.
-    if (session_cell) r.session_state = "lost";
-    if (failure && !kill_reason) {
-      r.outcome = Outcome::kSetupError;
-      r.setup_error =
-          SetupErrorInfo{static_cast<SetupStep>(failure->step), failure->err, failure_text};
-      r.reason = failure_text;
-    } else if (kill_reason) {
-      r.outcome = *kill_reason;
-      r.signal = SIGKILL;
-      if (*kill_reason == Outcome::kTimeout) {
-        r.reason = "wall-clock timeout of " +
-                   FormatSeconds(cell ? cell->spec.timeout_s : limits.wall_timeout_s);
-        if (cell && cell->timed_out)
-          r.reason += ": the interrupt went unanswered, the sandbox was killed";
-      } else if (*kill_reason == Outcome::kCpuLimit) {
-        r.reason = "cpu-time limit of " + FormatSeconds(limits.cpu_time_s);
-      } else if (*kill_reason == Outcome::kCancelled) {
-        r.reason = "cancelled: the caller went away";
-      } else if (*kill_reason == Outcome::kOutputLimit) {
-        r.reason = r.outputs_truncated
-                       ? "rich outputs passed " + FormatSize(kCellFrameBudget) + " or " +
-                             std::to_string(kMaxOutputsPerCell) + " outputs"
-                       : "output passed " + FormatSize(limits.output_bytes) + " on " +
-                             (r.stdout_truncated ? "stdout" : "stderr");
-      }
-    } else if (protocol_error) {
-      r.outcome = Outcome::kProtocolError;
-      r.signal = SIGKILL;
-      r.reason = *protocol_error;
-    } else if (cell && cell->outputs.reply_status() == "policy_violation" &&
-               cell->outputs.policy_violation()) {
-      r.outcome = Outcome::kPolicyViolation;
-      r.exit_code = worker_status && WIFEXITED(*worker_status) ? WEXITSTATUS(*worker_status) : -1;
-      r.reason = cell->outputs.policy_violation()->message;
-    } else if (worker_status) {
-      const int ws = *worker_status;
-      if (WIFEXITED(ws)) {
-        r.exit_code = WEXITSTATUS(ws);
-        r.outcome = r.exit_code == 0 ? Outcome::kOk : Outcome::kError;
-        r.reason = r.exit_code == 0 ? "exited 0" : "exited " + std::to_string(r.exit_code);
-        if (r.exit_code != 0 && r.error) r.reason = r.error->name + ": " + r.error->value;
-        if (session_cell) r.reason += " (the interpreter exited: the session ended)";
-      } else if (WIFSIGNALED(ws)) {
-        r.signal = WTERMSIG(ws);
-        const double cpu_limit_s = policy::CpuBackstopSeconds(
-            limits, cell ? cell->spec.timeout_s : limits.wall_timeout_s, cgroup != nullptr);
-        const bool cpu_spent = r.cpu_ms >= cpu_limit_s * 1e3;
-        if (r.signal == SIGSYS) {
-          r.outcome = Outcome::kPolicyViolation;
-          r.reason = "killed by seccomp (a forbidden system call ABI)";
-        } else if (r.signal == SIGKILL && r.oom_kills > 0) {
-          r.outcome = Outcome::kMemoryLimit;
-          r.reason = "out of memory: limit " + FormatSize(limits.memory_bytes);
-        } else if (r.signal == SIGXCPU || (r.signal == SIGKILL && cpu_spent)) {
-          r.outcome = Outcome::kCpuLimit;
-          r.reason = "cpu-time limit of " + FormatSeconds(cpu_limit_s) + " (RLIMIT_CPU)";
-        } else {
-          r.outcome = Outcome::kSignaled;
-          r.reason = std::string("killed by signal ") + std::to_string(r.signal);
-        }
-      }
-    } else if (r.oom_kills > 0) {
-      r.outcome = Outcome::kMemoryLimit;
-      r.signal = SIGKILL;
-      r.reason = "out of memory: limit " + FormatSize(limits.memory_bytes);
-    } else {
-      r.outcome = Outcome::kSetupError;
-      std::string why = WIFSIGNALED(init_status)
-                            ? "killed by signal " + std::to_string(WTERMSIG(init_status))
-                            : "exited " + std::to_string(WEXITSTATUS(init_status));
-      r.setup_error =
-          SetupErrorInfo{SetupStep::kNone, 0,
-                         "the sandbox's pid 1 " + why + " without reporting the program's status"};
-      r.reason = r.setup_error->message;
+    o.dead = dead();
+    if (failure) {
+      o.failure_step = static_cast<SetupStep>(failure->step);
+      o.failure_errno = failure->err;
+      o.failure_text = failure_text;
     }
+    o.kill_reason = kill_reason;
+    o.protocol_error = protocol_error;
+    o.worker_status = worker_status;
+    o.init_status = init_status;
+    o.oom_kills = r.oom_kills;
+    o.cpu_ms = r.cpu_ms;
+    o.has_cgroup = cgroup != nullptr;
+    o.limits = limits;
+    o.cell_frame_budget = rt_limits.cell_frame_budget;
+    Verdict v = Classify(o);
+    r.outcome = v.outcome;
+    r.exit_code = v.exit_code;
+    r.signal = v.signal;
+    r.reason = std::move(v.reason);
+    r.setup_error = std::move(v.setup_error);
+    r.session_state = std::move(v.session_state);
+    // The other phases belong to the session's start.
+    if (r.session_state == "kept") r.phases.run_ms = r.duration_ms;
     return r;
   }
 };
@@ -1009,8 +889,9 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
       have_cgroup ? SandboxCgroupLimits(limits, SandboxIoDevices(s.mounts))
                   : isolation::CgroupLimits{};
   auto create_cgroup = [sp_state, &host, &cgroup_limits]() -> Status {
+    sp_state->cgroup_name = UniqueCgroupName();
     KILN_ASSIGN_OR_RETURN(sp_state->cgroup,
-                          host.cgroups->Create(UniqueCgroupName(), cgroup_limits));
+                          host.cgroups->Create(sp_state->cgroup_name, cgroup_limits));
     return OkStatus();
   };
   if (have_cgroup && !create_after_clone) {
@@ -1190,7 +1071,7 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Adopt(const HostContext& host,
 
 bool Sandbox::WaitReady(const Waiters& waiters) {
   State& s = *s_;
-  while (!(s.hello && s.attached) && !s.dead()) {
+  while (!(s.rt.hello() && s.attached) && !s.dead()) {
     Status polled = s.Pump(s.NextWake(), waiters);
     if (!polled.ok()) {
       s.failure_text = polled.error().ToString();
@@ -1198,7 +1079,7 @@ bool Sandbox::WaitReady(const Waiters& waiters) {
       s.Kill(std::nullopt);
       break;
     }
-    if (!(s.hello && s.attached) && !s.dead() && Clock::now() >= s.setup_deadline) {
+    if (!(s.rt.hello() && s.attached) && !s.dead() && Clock::now() >= s.setup_deadline) {
       s.failure = SyncMessage{
           SyncTag::kFailure, static_cast<uint8_t>(SetupStep::kStartProgram), 0, ETIMEDOUT, -1, 0};
       s.failure_text =
@@ -1220,7 +1101,8 @@ ExecutionResult Sandbox::RunCell(const CellSpec& spec, const Waiters& waiters,
                                  const EventSink& sink) {
   State& s = *s_;
   ++s.cells_started;
-  s.cell.emplace(spec, s.pol->display_limits(), s.cells_started);
+  s.cell.emplace(spec);
+  s.rt.BeginCell(s.cells_started, s.pol->display_limits(), spec.last);
   s.cell->sink = &sink;
   s.emitted_outputs = 0;
   if (s.dead()) {
@@ -1231,7 +1113,7 @@ ExecutionResult Sandbox::RunCell(const CellSpec& spec, const Waiters& waiters,
   s.SendCell();
   const bool last = spec.last;
   // A cell ends with its reply (sessions) or with the sandbox (one-shot).
-  while (!s.init_exited && !s.exit_reported && (last || !s.cell->outputs.replied())) {
+  while (!s.init_exited && !s.rt.exit_code() && (last || !s.rt.replied())) {
     Status polled = s.Pump(s.NextWake(), waiters);
     if (!polled.ok()) {
       s.Violate("the supervisor's poll failed: " + polled.error().ToString());
@@ -1258,7 +1140,7 @@ ExecutionResult Sandbox::RunCell(const CellSpec& spec, const Waiters& waiters,
 
 bool Sandbox::Interrupt() {
   State& s = *s_;
-  if (!s.cell || s.cell->outputs.replied() || s.dead()) return false;
+  if (!s.cell || s.rt.replied() || s.dead()) return false;
   s.cell->interrupted = true;
   s.SignalWorker(SIGINT);
   return true;
@@ -1274,6 +1156,7 @@ bool Sandbox::CheckAlive() {
     s.init_exited = true;
     s.Teardown();
     s.cell.reset();
+    s.rt.EndCell();
     ExecutionResult r = s.CellResult(false);
     death_reason_ = "the sandbox ended between cells: " + r.reason;
     return false;
@@ -1310,7 +1193,7 @@ ExecutionResult Sandbox::Finish(const FinishOptions& options) {
   // torn down (pid 1 reaped, so every process of its pid namespace is gone)
   // before the collection and the answer.
   const bool collects = options.collect_dir.has_value() || options.return_files.has_value();
-  const bool early = options.on_result && s.exit_reported && s.cgroup && !s.torn_down && !collects;
+  const bool early = options.on_result && s.rt.exit_code() && s.cgroup && !s.torn_down && !collects;
   if (early) {
     s.Kill(std::nullopt);
   } else {
@@ -1415,7 +1298,13 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
   finish.collect_only = options.collect_only;
   finish.return_files = options.return_files;
   finish.on_result = options.on_result;
-  return sandbox->Finish(finish);
+  ExecutionResult result = sandbox->Finish(finish);
+  // A layer was missing when checked from outside: a fault of kiln's or the
+  // host's, not a result of the program (none of it ran).
+  if (result.setup_error && result.setup_error->step == SetupStep::kVerify) {
+    return Internal(result.reason);
+  }
+  return result;
 }
 
 Status EnsureFontCache(const HostContext& host) {

@@ -8,13 +8,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <random>
-#include <sstream>
 
 #include "base/log.h"
 #include "child/sync_message.h"
 #include "supervisor/sync_channel.h"
+#include "supervisor/verify.h"
 #include "sys/syscalls.h"
 
 namespace kiln::zygote {
@@ -26,34 +25,6 @@ using child::SyncTag;
 
 double MsSince(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
-std::string ReadSmallFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// The value after "Key:\t" in a /proc/PID/status text ("" if absent).
-std::string StatusField(const std::string& status, const std::string& key) {
-  const std::string k = "\n" + key + ":";
-  size_t pos = status.find(k);
-  if (pos == std::string::npos) return "";
-  pos += k.size();
-  const size_t end = status.find('\n', pos);
-  std::string v = status.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
-  const size_t a = v.find_first_not_of(" \t");
-  return a == std::string::npos ? "" : v.substr(a);
-}
-
-std::string NsLink(pid_t pid, const char* ns) {
-  std::error_code ec;
-  const std::string path =
-      pid > 0 ? "/proc/" + std::to_string(pid) + "/ns/" + ns : std::string("/proc/self/ns/") + ns;
-  char buf[64];
-  const ssize_t n = ::readlink(path.c_str(), buf, sizeof buf);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
 }
 
 void SetNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
@@ -229,68 +200,15 @@ Status Pool::Request() {
 
 Status Pool::Verify(const Pending& p) const {
   // Every layer of the jail, seen from outside, in both of the sandbox's
-  // processes (docs/threat-model.md, "Pooled sandboxes").
-  const uid_t uid = zygote_ ? zygote_->child_host_uid(p.slot) : 0;
-  const std::string ids = std::to_string(uid);
-  for (pid_t pid : {p.init_pid, p.worker_pid}) {
-    const std::string st = "\n" + ReadSmallFile("/proc/" + std::to_string(pid) + "/status");
-    auto expect = [&](const char* key, const std::string& want) -> Status {
-      const std::string got = StatusField(st, key);
-      if (got != want) {
-        return MakeError(Code::kInternal, "pid " + std::to_string(pid) + ": " + key + " is '" +
-                                              got + "', not '" + want + "'");
-      }
-      return OkStatus();
-    };
-    KILN_TRY(expect("Seccomp", "2"));
-    KILN_TRY(expect("NoNewPrivs", "1"));
-    for (const char* cap : {"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"}) {
-      KILN_TRY(expect(cap, "0000000000000000"));
-    }
-    KILN_TRY(expect("Uid", ids + "\t" + ids + "\t" + ids + "\t" + ids));
-    KILN_TRY(expect("Gid", ids + "\t" + ids + "\t" + ids + "\t" + ids));
-    // Innermost pid: 1 for pid 1, 2 for the worker.
-    const std::string nspid = StatusField(st, "NSpid");
-    const std::string last = nspid.substr(nspid.find_last_of('\t') + 1);
-    if (last != (pid == p.init_pid ? "1" : "2")) {
-      return MakeError(Code::kInternal, "pid " + std::to_string(pid) + ": NSpid " + nspid);
-    }
-    // Its cgroup, in every hierarchy with a limit controller.
-    std::istringstream cg(ReadSmallFile("/proc/" + std::to_string(pid) + "/cgroup"));
-    std::string line;
-    int in_ours = 0;
-    while (std::getline(cg, line)) {
-      const size_t a = line.find(':'), b = line.find(':', a + 1);
-      if (a == std::string::npos || b == std::string::npos) continue;
-      const std::string ctrl = line.substr(a + 1, b - a - 1);
-      const std::string path = line.substr(b + 1);
-      bool limit = ctrl.empty() && host_.cgroups->mode() == isolation::CgroupMode::kV2;
-      std::istringstream names(ctrl);
-      std::string name;
-      while (std::getline(names, name, ',')) {
-        if (name == "memory" || name == "pids" || name == "cpu") limit = true;
-      }
-      if (!limit) continue;
-      const std::string want = "/" + p.cgroup_name;
-      if (path.size() < want.size() ||
-          path.compare(path.size() - want.size(), want.size(), want) != 0) {
-        return MakeError(Code::kInternal,
-                         "pid " + std::to_string(pid) + " is not in its cgroup: " + line);
-      }
-      ++in_ours;
-    }
-    if (in_ours == 0)
-      return MakeError(Code::kInternal, "no cgroup line for pid " + std::to_string(pid));
-    // Its own namespaces: none shared with the zygote or with us.
-    for (const char* ns : {"user", "mnt", "pid", "net", "ipc", "uts", "cgroup"}) {
-      const std::string mine = NsLink(pid, ns);
-      if (mine.empty() || mine == NsLink(0, ns) ||
-          (zygote_ && zygote_->zygote_pid() > 0 && mine == NsLink(zygote_->zygote_pid(), ns))) {
-        return MakeError(Code::kInternal,
-                         "pid " + std::to_string(pid) + " shares its " + ns + " namespace");
-      }
-    }
-  }
+  // processes (docs/threat-model.md, "Pooled sandboxes"; supervisor/verify.h).
+  supervisor::SandboxFacts facts;
+  facts.init_pid = p.init_pid;
+  facts.worker_pid = p.worker_pid;
+  facts.uid = facts.gid = zygote_ ? zygote_->child_host_uid(p.slot) : 0;
+  facts.cgroup_name = p.cgroup_name;
+  facts.cgroup_v2 = host_.cgroups->mode() == isolation::CgroupMode::kV2;
+  if (zygote_ && zygote_->zygote_pid() > 0) facts.not_shared_with.push_back(zygote_->zygote_pid());
+  KILN_TRY(supervisor::VerifySandbox(facts));
   if (zygote_ == nullptr || zygote_->zygote_pid() <= 0) {
     return MakeError(Code::kInternal, "the zygote's pid is unknown");
   }

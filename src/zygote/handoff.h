@@ -72,6 +72,18 @@ Result<std::optional<FromPool>> ReceiveFromPool(int fd);
 // longer holds, in all (taken, or found dead), so the pool knows its stock.
 Status SendArrival(int fd, const std::string& profile, bool hit, uint64_t consumed);
 
+// One arrival record, as the pool process reads it (`valid` false for a
+// malformed one, which is skipped).
+struct Arrival {
+  bool valid = false;
+  std::string profile;
+  bool hit = false;
+  uint64_t consumed = 0;
+};
+// Pool side, non-blocking: nullopt when nothing is waiting; kUnavailable at
+// EOF (the spawner is gone).
+Result<std::optional<Arrival>> ReceiveArrival(int fd);
+
 // The driver of an adopted sandbox's cgroup, from its name.
 Result<supervisor::AdoptedSandbox> Adopt(const supervisor::HostContext& host, Handoff&& h);
 
@@ -85,7 +97,7 @@ bool PoolEligible(const config::Config& config, const config::Profile& profile,
                   const config::LimitSpec& request,
                   const std::vector<std::pair<std::string, std::string>>& env);
 
-// Forks the pool process (single-threaded callers). Returns its pid and the
+// Forks the pool process (single-threaded callers; pool_process.cc). Returns its pid and the
 // spawner's end of their socket. It dies with its parent.
 Result<std::pair<pid_t, UniqueFd>> StartPoolProcess(const config::Config& config,
                                                     const supervisor::HostContext& host);

@@ -37,11 +37,27 @@ enum class Code {
 
 std::string_view ToString(Code code);
 
+// What failed. An error a client of kiln's APIs sees is the structured
+// {code, reason, field} of docs/api.md ({"error": {"code", "message",
+// "field"}}): `api_code` (or, when empty, the default of `code`), `message`
+// and `field`, each set where the error is made; src/server/server.cc maps
+// them to HTTP in one table. Nothing parses a message for a code or a field.
 struct Error {
+  Error() = default;
+  Error(Code c, int err, SetupStep s, std::string m, std::string f = {}, std::string api = {})
+      : code(c),
+        sys_errno(err),
+        step(s),
+        message(std::move(m)),
+        field(std::move(f)),
+        api_code(std::move(api)) {}
+
   Code code = Code::kUnknown;
   int sys_errno = 0;  // 0 when no system call failed
   SetupStep step = SetupStep::kNone;
-  std::string message;  // names the call or field that failed
+  std::string message;   // the reason: names the call or field that failed
+  std::string field;     // the request field it is about ("memory", "files"); empty: none
+  std::string api_code;  // the API's code when it says more than `code` ("session_busy")
 
   // "message: strerror (step)" for logs and CLI output.
   std::string ToString() const;
@@ -58,6 +74,24 @@ inline Error FailedPrecondition(std::string message) {
 }
 inline Error Internal(std::string message) {
   return MakeError(Code::kInternal, std::move(message));
+}
+// kInvalidArgument about a request field; the message still starts with it
+// ("memory: 8 GiB is over the profile's maximum of 2 GiB").
+inline Error InvalidField(std::string field, std::string message) {
+  Error e = MakeError(Code::kInvalidArgument, std::move(message));
+  e.field = std::move(field);
+  return e;
+}
+// `e` about a request field.
+inline Error WithField(Error e, std::string field) {
+  e.field = std::move(field);
+  return e;
+}
+// `e` with the API's code for it (and the field it is about, when given).
+inline Error WithApiCode(Error e, std::string api_code, std::string field = "") {
+  e.api_code = std::move(api_code);
+  if (!field.empty()) e.field = std::move(field);
+  return e;
 }
 
 template <typename T>

@@ -23,6 +23,7 @@
 #include "base/unique_fd.h"
 #include "cli/commands.h"
 #include "config/config.h"
+#include "executions/service.h"
 #include "mcp/engine.h"
 #include "mcp/http_backend.h"
 #include "mcp/local_backend.h"
@@ -129,8 +130,9 @@ int DoLocal(const McpFlags& f) {
 
   int code = 0;
   {
-    sessions::SessionManager manager(
-        sessions::Deps{&cfg, spawner->get(), nullptr, nullptr, nullptr});
+    // Locally there is no audit log, admission or /metrics: cells only run.
+    executions::Service executions(executions::Deps{});
+    sessions::SessionManager manager(sessions::Deps{&cfg, spawner->get(), &executions});
     manager.Start();
     sessions::SessionOptions options;
     options.profile = profile_name;

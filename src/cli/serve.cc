@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "cli/commands.h"
 #include "config/config.h"
+#include "executions/service.h"
 #include "metrics/metrics.h"
 #include "server/server.h"
 #include "sessions/session_manager.h"
@@ -135,11 +136,18 @@ int DoServe(const ServeFlags& f) {
   if (!admission.ok()) return Fail(admission.error().ToString());
   metrics::Metrics metrics;
 
-  sessions::SessionManager session_manager(
-      sessions::Deps{&cfg, spawner->get(), store->get(), admission->get(), &metrics});
+  executions::Deps exec_deps;
+  exec_deps.store = store->get();
+  exec_deps.admission = admission->get();
+  exec_deps.metrics = &metrics;
+  exec_deps.store_code = cfg.server.store_code;
+  exec_deps.config = &cfg;
+  exec_deps.spawner = spawner->get();
+  executions::Service executions(exec_deps);
+  sessions::SessionManager session_manager(sessions::Deps{&cfg, spawner->get(), &executions});
   session_manager.Start();
-  server::Deps deps{&cfg,           store->get(),     admission->get(), &metrics,
-                    spawner->get(), &session_manager, readiness};
+  server::Deps deps{&cfg,           store->get(), admission->get(), &metrics,
+                    spawner->get(), &executions,  &session_manager, readiness};
   auto server = server::HttpServer::Bind(cfg.server.listen, deps);
   if (!server.ok()) return Fail(server.error().ToString());
   (*server)->Start();

@@ -244,11 +244,11 @@ Status Cap(const char* field, const std::optional<T>& value, const std::optional
            bool size) {
   if (value && max && *value > *max) {
     if constexpr (std::is_floating_point_v<T>) {
-      return InvalidArgument(std::string(field) + ": " + std::to_string(*value) +
-                             " is over the profile's maximum of " + std::to_string(*max));
+      return InvalidField(field, std::string(field) + ": " + std::to_string(*value) +
+                                     " is over the profile's maximum of " + std::to_string(*max));
     } else {
-      return InvalidArgument(std::string(field) + ": " + Describe(*value, size) +
-                             " is over the profile's maximum of " + Describe(*max, size));
+      return InvalidField(field, std::string(field) + ": " + Describe(*value, size) +
+                                     " is over the profile's maximum of " + Describe(*max, size));
     }
   }
   return OkStatus();
@@ -378,8 +378,8 @@ Result<const Profile*> Config::Find(std::string_view name) const {
   if (it == profiles.end()) {
     std::string known;
     for (const auto& [n, _] : profiles) known += (known.empty() ? "" : ", ") + n;
-    return InvalidArgument("profile: '" + std::string(name) + "' is not in " + source +
-                           " (profiles: " + known + ")");
+    return InvalidField("profile", "profile: '" + std::string(name) + "' is not in " + source +
+                                       " (profiles: " + known + ")");
   }
   return &it->second;
 }

@@ -15,8 +15,12 @@ std::string Num(double v) {
   return buf;
 }
 
+// The session layer's own conditions keep their name in the tool's text
+// ("session_busy: a cell or file operation of this session is running").
 Error Mapped(Error e) {
   if (e.code == Code::kGone) e.code = Code::kNotFound;
+  if (e.api_code == "session_busy" || e.api_code == "session_limit")
+    e.message = e.api_code + ": " + e.message;
   return e;
 }
 

@@ -67,8 +67,9 @@ bool IsModuleName(const std::string& name) {
 
 void PolicyBuilder::Fail(std::string field, std::string message) {
   if (error_) return;
-  Error e = InvalidArgument(field + ": " + message);
-  error_ = std::move(e);
+  // The request calls both "file" (one of them) and "files" (all) `files`.
+  std::string api_field = field == "file" ? "files" : field;
+  error_ = InvalidField(std::move(api_field), field + ": " + message);
 }
 
 PolicyBuilder& PolicyBuilder::WallTimeout(double seconds) {
@@ -299,7 +300,7 @@ Result<SandboxPolicy> PolicyBuilder::Build() {
   uint64_t content_bytes = 0;
   for (const auto& f : policy_.input_files_) {
     if (!names.insert(f.name).second) {
-      return InvalidArgument("file: '" + f.name + "' is given twice");
+      return InvalidField("files", "file: '" + f.name + "' is given twice");
     }
     if (f.content) content_bytes += f.content->size();
   }
@@ -307,14 +308,15 @@ Result<SandboxPolicy> PolicyBuilder::Build() {
   for (const auto& n : names) {
     for (size_t pos = n.find('/'); pos != std::string::npos; pos = n.find('/', pos + 1)) {
       if (names.count(n.substr(0, pos)) != 0) {
-        return InvalidArgument("files: '" + n.substr(0, pos) + "' is both a file and a directory");
+        return InvalidField("files",
+                            "files: '" + n.substr(0, pos) + "' is both a file and a directory");
       }
     }
   }
   if (content_bytes > policy_.limits_.workspace_bytes) {
-    return InvalidArgument("files: the files (" + std::to_string(content_bytes) +
-                           " bytes) do not fit the workspace (" +
-                           std::to_string(policy_.limits_.workspace_bytes) + " bytes)");
+    return InvalidField("files", "files: the files (" + std::to_string(content_bytes) +
+                                     " bytes) do not fit the workspace (" +
+                                     std::to_string(policy_.limits_.workspace_bytes) + " bytes)");
   }
   return policy_;
 }

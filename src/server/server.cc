@@ -31,10 +31,8 @@ using Clock = std::chrono::steady_clock;
 using Request = http::request<http::string_body>;
 using Response = http::response<http::string_body>;
 
-using sessions::NowMs;
-
 // Request ids (log lines, X-Request-Id): unique, not secret. Execution and
-// session ids come from sessions::NewId (a CSPRNG).
+// session ids come from executions::NewId (a CSPRNG).
 std::string NewId() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   char buf[33];
@@ -59,40 +57,49 @@ Response Json(http::status status, const nlohmann::json& body, unsigned version,
   return res;
 }
 
-// The one table from kiln::Code to HTTP (P7).
-http::status StatusFor(Code code) {
-  switch (code) {
-    case Code::kInvalidArgument:
-    case Code::kOutOfRange: return http::status::bad_request;
-    case Code::kUnauthenticated: return http::status::unauthorized;
-    case Code::kGone: return http::status::gone;
-    case Code::kPermissionDenied: return http::status::forbidden;
-    case Code::kNotFound: return http::status::not_found;
-    case Code::kAlreadyExists:
-    case Code::kAborted: return http::status::conflict;
-    case Code::kResourceExhausted: return http::status::too_many_requests;
-    case Code::kFailedPrecondition:
-    case Code::kUnavailable: return http::status::service_unavailable;
-    case Code::kDeadlineExceeded: return http::status::gateway_timeout;
-    case Code::kUnimplemented: return http::status::not_implemented;
-    case Code::kCancelled: return http::status::bad_request;
-    case Code::kOk:
-    case Code::kUnknown:
-    case Code::kInternal:
-    case Code::kDataLoss: return http::status::internal_server_error;
-  }
-  return http::status::internal_server_error;
+// The one table from an error to HTTP (P7). An error a client sees is
+// {code, reason, field} (base/result.h): its API code is Error::api_code, or
+// when that is empty the default of its canonical Code (ApiCodeOf); the code
+// alone decides the status. Codes not listed are 500.
+struct HttpError {
+  std::string_view api_code;
+  http::status status;
+  bool retry_after = false;  // passing (a spawner being restarted): "Retry-After: 1"
+};
+constexpr HttpError kHttpErrors[] = {
+    {"invalid_value", http::status::bad_request},
+    {"out_of_range", http::status::bad_request},
+    {"cancelled", http::status::bad_request},
+    {"unauthenticated", http::status::unauthorized},
+    {"permission_denied", http::status::forbidden},
+    {"not_found", http::status::not_found},
+    {"already_exists", http::status::conflict},
+    {"aborted", http::status::conflict},
+    {"session_busy", http::status::conflict},  // one cell of a session at a time
+    {"conflict", http::status::conflict},      // a file path that clashes
+    {"session_gone", http::status::gone},
+    {"too_large", http::status::payload_too_large},  // a file over its caps
+    {"resource_exhausted", http::status::too_many_requests},
+    {"session_limit", http::status::too_many_requests},  // the tenant's live sessions
+    {"failed_precondition", http::status::service_unavailable},
+    {"unavailable", http::status::service_unavailable, /*retry_after=*/true},
+    {"deadline_exceeded", http::status::gateway_timeout},
+    {"unimplemented", http::status::not_implemented},
+};
+
+std::string ApiCodeOf(const Error& e) {
+  if (!e.api_code.empty()) return e.api_code;
+  // A field over a profile's limit is the same kind of 400 as any bad field.
+  if (e.code == Code::kInvalidArgument) return "invalid_value";
+  if (e.code == Code::kGone) return "session_gone";
+  return std::string(ToString(e.code));
 }
 
-// "memory: 8 GiB is over ..." -> field "memory" (PolicyBuilder and PolicyFor
-// errors start with the field they are about).
-std::string FieldOf(const std::string& message) {
-  static const std::set<std::string> kFields = {
-      "timeout", "cpu_time", "memory",   "cpus",         "pids", "output_limit", "disk",
-      "files",   "profile",  "idle_ttl", "max_lifetime", "path", "body"};
-  const std::string f = message.substr(0, message.find(':'));
-  if (f == "file") return "files";
-  return kFields.count(f) != 0 ? f : "";
+HttpError HttpErrorOf(const std::string& api_code) {
+  for (const HttpError& h : kHttpErrors) {
+    if (h.api_code == api_code) return h;
+  }
+  return {"", http::status::internal_server_error};
 }
 
 }  // namespace
@@ -313,8 +320,7 @@ struct HttpServer::Impl {
   // trickles bytes (each within SO_RCVTIMEO) still gets client_timeout in all.
   std::map<int, Clock::time_point> reading;
   std::thread reaper;
-  std::set<spawner::CancelToken*> running;  // executions in flight
-  std::unique_ptr<mcp::HttpService> mcp;    // /mcp (with sessions only)
+  std::unique_ptr<mcp::HttpService> mcp;  // /mcp (with sessions only)
 
   // --- connections ---------------------------------------------------------
 
@@ -730,108 +736,6 @@ struct HttpServer::Impl {
   static thread_local std::string request_tenant;
   static thread_local bool streamed;  // the handler wrote the response itself (SSE)
 
-  struct Outcome {
-    std::optional<spawner::ExecResponse> response;
-    std::optional<admission::Rejection> rejection;
-    std::optional<Error> error;  // refused before running (bad profile/limits) or internal
-  };
-
-  Outcome Run(spawner::ExecRequest& exec, const store::KeyInfo& key, const std::string& peer,
-              int client_fd, const spawner::EventFn& on_event = {}) {
-    Outcome out;
-    // Profile and limits first: a request over a maximum is a 400, not a queue slot.
-    auto profile = deps.config->Find(exec.profile);
-    if (!profile.ok()) {
-      out.error = MakeError(Code::kInvalidArgument, profile.error().message);  // "profile: ..."
-      return out;
-    }
-    auto builder = config::PolicyFor(**profile, exec.limits);
-    if (!builder.ok()) {
-      out.error = builder.error();
-      return out;
-    }
-    // Paths only: the bytes are not copied on the request path; their total is
-    // checked here against the policy's workspace, and again by the supervisor.
-    uint64_t file_bytes = 0;
-    for (const auto& [path, bytes] : exec.files) {
-      builder->AddFileContent(path, std::string());
-      file_bytes += bytes.size();
-    }
-    auto built = builder->Build();
-    if (!built.ok()) {
-      out.error = built.error();
-      return out;
-    }
-    if (file_bytes > built->limits().workspace_bytes) {
-      out.error = InvalidArgument("files: the files (" + std::to_string(file_bytes) +
-                                  " bytes) do not fit the workspace (" +
-                                  std::to_string(built->limits().workspace_bytes) + " bytes)");
-      return out;
-    }
-    exec.id = sessions::NewId();
-    const int64_t started_ms = NowMs();
-    auto audit_start = [&](const std::string& profile_name) {
-      store::AuditStart s;
-      s.id = exec.id;
-      s.tenant = key.tenant;
-      s.key_id = key.id;
-      s.profile = profile_name;
-      s.started_ms = started_ms;
-      s.code = exec.code;
-      s.store_code = deps.config->server.store_code;
-      s.client_addr = peer;
-      return s;
-    };
-    auto permit = deps.admission->Acquire(key.tenant, [client_fd] {
-      char c;
-      const ssize_t n = ::recv(client_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-      return n == 0;  // the client hung up while queued
-    });
-    if (!permit.ok()) {
-      out.rejection = permit.error();
-      deps.metrics->RecordRejection(out.rejection->reason);
-      // Rejected requests are recorded too: one row, status "rejected".
-      sessions::AuditRejected(deps.store, audit_start(exec.profile), out.rejection->reason);
-      return out;
-    }
-    if (Status s = deps.store->BeginExecution(audit_start(exec.profile)); !s.ok()) {
-      out.error = MakeError(Code::kInternal, "audit log: " + s.error().ToString());
-      return out;
-    }
-    spawner::CancelToken cancel;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      running.insert(&cancel);
-    }
-    deps.metrics->SetActive(deps.admission->active());
-    auto response = deps.spawner->Run(exec, &cancel, client_fd, on_event);
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      running.erase(&cancel);
-    }
-    permit->Reset();
-    deps.metrics->SetActive(deps.admission->active());
-    store::AuditFinish f;
-    if (!response.ok()) {
-      f.id = exec.id;
-      f.ended_ms = NowMs();
-      f.status = response.error().code == Code::kInvalidArgument ? "rejected" : "internal_error";
-      f.reason = response.error().ToString();
-      out.error = std::move(response).error();
-    } else {
-      f = sessions::AuditFinishFromResult(exec.id, NowMs(), response->result);
-      deps.metrics->RecordExecution(f.status, exec.profile, f.duration_ms / 1e3);
-      out.response = std::move(*response);
-    }
-    // Committed before the reply is sent: a crash after this loses nothing.
-    if (Status s = deps.store->FinishExecution(f); !s.ok()) {
-      KILN_LOG_ERROR("audit log: {}", s.error().ToString());
-    }
-    KILN_LOG_INFO("execution id={} request={} tenant={} profile={} status={} duration_ms={:.1f}",
-                  exec.id, request_id, key.tenant, exec.profile, f.status, f.duration_ms);
-    return out;
-  }
-
   Response Rejected(const admission::Rejection& r, unsigned version, bool reference) {
     const auto status =
         r.tenant_quota ? http::status::too_many_requests : http::status::service_unavailable;
@@ -844,25 +748,10 @@ struct HttpServer::Impl {
 
   // An error of a /v1 call as its JSON response (the one table, P7).
   Response V1Error(const Error& e, unsigned version) {
-    const auto status = StatusFor(e.code);
-    // A field over a profile's limit is the same kind of 400 as any bad field.
-    std::string code =
-        e.code == Code::kInvalidArgument ? "invalid_value" : std::string(ToString(e.code));
-    std::string message = e.message;
-    // "session_busy: ..." / "session_limit: ...": the code is the prefix.
-    for (const char* prefix : {"session_busy", "session_limit"}) {
-      const std::string p = std::string(prefix) + ": ";
-      if (message.rfind(p, 0) == 0) {
-        code = prefix;
-        message = message.substr(p.size());
-      }
-    }
-    if (e.code == Code::kGone) code = "session_gone";
-    if (e.code == Code::kNotFound) code = "not_found";
-    Response res = Json(status, V1ErrorBody(code, message, FieldOf(message)), version, true);
-    // kUnavailable is passing (a spawner being restarted, a supervisor that
-    // died): the caller may retry.
-    if (e.code == Code::kUnavailable) res.set(http::field::retry_after, "1");
+    const std::string code = ApiCodeOf(e);
+    const HttpError h = HttpErrorOf(code);
+    Response res = Json(h.status, V1ErrorBody(code, e.message, e.field), version, true);
+    if (h.retry_after) res.set(http::field::retry_after, "1");
     return res;
   }
 
@@ -882,14 +771,15 @@ struct HttpServer::Impl {
         sse->Event(event, data);
       };
     }
-    Outcome out = Run(parsed.exec, key, peer, client_fd, on_event);
+    executions::Outcome out = deps.executions->RunOneShot(
+        parsed.exec, executions::Caller{key.tenant, key.id, peer}, client_fd, on_event, request_id);
     if (out.rejection) return Rejected(*out.rejection, req.version(), false);
     if (out.error) {
       if (sse && sse->started()) return StreamError(&*sse, *out.error);
       return V1Error(*out.error, req.version());
     }
     nlohmann::json body = out.response->result;
-    body["id"] = parsed.exec.id;
+    body["id"] = out.id;
     if (parsed.return_files) {
       nlohmann::json files = nlohmann::json::array();
       for (const auto& [path, bytes] : out.response->files) {
@@ -924,19 +814,21 @@ struct HttpServer::Impl {
       return Json(http::status::unprocessable_entity, ReferenceValidationBody(*e), req.version(),
                   true);
     }
-    Outcome out = Run(parsed.exec, key, peer, client_fd);
+    executions::Outcome out =
+        deps.executions->RunOneShot(parsed.exec, executions::Caller{key.tenant, key.id, peer},
+                                    client_fd, /*on_event=*/{}, request_id);
     if (out.rejection) return Rejected(*out.rejection, req.version(), true);
     if (out.error) {
-      const auto status = out.error->code == Code::kInvalidArgument
-                              ? http::status::unprocessable_entity
-                              : StatusFor(out.error->code);
-      const std::string field = FieldOf(out.error->message);
+      // The one table, but a bad field is the reference's 422.
+      const Error& e = *out.error;
+      const HttpError h = HttpErrorOf(ApiCodeOf(e));
+      const bool invalid = e.code == Code::kInvalidArgument;
       nlohmann::json body =
-          status == http::status::unprocessable_entity
-              ? ReferenceValidationBody(FieldError{field, "value_error", out.error->message})
-              : nlohmann::json{{"detail", out.error->message}};
-      Response res = Json(status, body, req.version(), true);
-      if (out.error->code == Code::kUnavailable) res.set(http::field::retry_after, "1");
+          invalid ? ReferenceValidationBody(FieldError{e.field, "value_error", e.message})
+                  : nlohmann::json{{"detail", e.message}};
+      Response res =
+          Json(invalid ? http::status::unprocessable_entity : h.status, body, req.version(), true);
+      if (h.retry_after) res.set(http::field::retry_after, "1");
       return res;
     }
     const auto& j = out.response->result;
@@ -954,7 +846,7 @@ struct HttpServer::Impl {
     } else {
       exit_code = status == "ok" ? 0 : 1;
     }
-    nlohmann::json body = {{"task_id", parsed.exec.id},
+    nlohmann::json body = {{"task_id", out.id},
                            {"stdout", j.value("stdout", "")},
                            {"stderr", j.value("stderr", "")},
                            {"exit_code", exit_code},
@@ -1090,28 +982,14 @@ struct HttpServer::Impl {
                               "the path has a malformed %-escape or an encoded NUL", "path"),
                   v, true);
     }
-    auto file_error = [&](const Error& e) {
-      if (e.code == Code::kResourceExhausted) {
-        return Json(http::status::payload_too_large, V1ErrorBody("too_large", e.message, "body"), v,
-                    true);
-      }
-      if (e.code == Code::kInvalidArgument) {
-        return Json(http::status::bad_request, V1ErrorBody("invalid_value", e.message, "path"), v,
-                    true);
-      }
-      if (e.code == Code::kFailedPrecondition) {
-        return Json(http::status::conflict, V1ErrorBody("conflict", e.message, "path"), v, true);
-      }
-      return V1Error(e, v);
-    };
     if (route == "PUT /v1/sessions/{id}/files/{path}") {
       Status st = deps.sessions->PutFile(caller, id, *path, req.body());
-      if (!st.ok()) return file_error(st.error());
+      if (!st.ok()) return V1Error(st.error(), v);
       return Json(http::status::created, {{"path", *path}, {"size", req.body().size()}}, v, true);
     }
     if (route == "GET /v1/sessions/{id}/files/{path}") {
       auto bytes = deps.sessions->GetFile(caller, id, *path);
-      if (!bytes.ok()) return file_error(bytes.error());
+      if (!bytes.ok()) return V1Error(bytes.error(), v);
       Response res{http::status::ok, v};
       res.set(http::field::content_type, "application/octet-stream");
       res.keep_alive(true);
@@ -1121,7 +999,7 @@ struct HttpServer::Impl {
     }
     if (route == "DELETE /v1/sessions/{id}/files/{path}") {
       Status st = deps.sessions->DeleteFile(caller, id, *path);
-      return st.ok() ? no_content() : file_error(st.error());
+      return st.ok() ? no_content() : V1Error(st.error(), v);
     }
     return Json(
         http::status::method_not_allowed,
@@ -1210,10 +1088,7 @@ void HttpServer::Shutdown(std::chrono::milliseconds grace) {
   // 2. No new executions; queued ones fail with 503.
   s.deps.admission->BeginShutdown();
   // 3. Running executions get the grace period, then are cancelled.
-  if (!s.deps.admission->WaitIdle(grace)) {
-    std::lock_guard<std::mutex> lock(s.mu);
-    for (auto* token : s.running) token->Cancel();
-  }
+  s.deps.executions->Drain(grace);
   if (s.mcp) s.mcp->Shutdown();  // its cells, then their sessions
   if (s.deps.sessions != nullptr) s.deps.sessions->Shutdown();
   s.deps.admission->WaitIdle(std::chrono::seconds(30));

@@ -4,11 +4,12 @@
 // hold a thread forever. The server never forks: executions go to the
 // spawner process.
 //
-// Request flow of an execute: parse + validate (400/422) -> authenticate
-// (401) -> admission (429 tenant quota / 503 server full, with Retry-After) ->
-// audit row "running" -> spawner (the supervisor runs the sandbox) -> audit row
-// finished and committed -> reply. A client that disconnects cancels its
-// execution.
+// Request flow of an execute: authenticate (401) -> parse + validate
+// (400/422) -> the executions service (src/executions: admission, 429/503
+// with Retry-After; audit row "running"; the spawner runs the sandbox; audit
+// row finished and committed; metrics) -> reply. A client that disconnects
+// cancels its execution. This file is HTTP only: connections, routing,
+// rendering, and the one table from errors to HTTP.
 #pragma once
 
 #include <atomic>
@@ -25,6 +26,7 @@
 #include "admission/admission.h"
 #include "base/result.h"
 #include "config/config.h"
+#include "executions/service.h"
 #include "metrics/metrics.h"
 #include "sessions/session_manager.h"
 #include "spawner/spawner.h"
@@ -38,6 +40,7 @@ struct Deps {
   admission::AdmissionController* admission;
   metrics::Metrics* metrics;
   spawner::Spawner* spawner;
+  executions::Service* executions;  // one-shot executions (and their drain)
   sessions::SessionManager* sessions;
   nlohmann::json readiness;  // doctor's verdict at start: {"ready": bool, "layers": [...]}
 };

@@ -1,7 +1,5 @@
 #include "sessions/session_manager.h"
 
-#include <sys/socket.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,9 +12,26 @@ namespace kiln::sessions {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using executions::NewId;
+using store::NowMs;
 
 constexpr size_t kMaxTombstones = 10000;
 constexpr int64_t kTombstoneMs = 24LL * 3600 * 1000;
+
+// An error of a file operation as the files API names it (docs/api.md): too
+// big is about the body; a bad, clashing or missing path is about the path.
+Error FileError(Error e) {
+  if (e.code == Code::kResourceExhausted) return WithApiCode(std::move(e), "too_large", "body");
+  if (e.code == Code::kInvalidArgument) return WithApiCode(std::move(e), "invalid_value", "path");
+  if (e.code == Code::kFailedPrecondition) return WithApiCode(std::move(e), "conflict", "path");
+  return e;
+}
+
+template <typename T>
+Result<T> FileResult(Result<T> r) {
+  if (r.ok()) return r;
+  return FileError(std::move(r).error());
+}
 
 std::string Fmt(double v) {
   char buf[32];
@@ -25,49 +40,6 @@ std::string Fmt(double v) {
 }
 
 }  // namespace
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string NewId() {
-  auto raw = store::RandomBytes(16);
-  if (!raw.ok()) std::abort();  // no CSPRNG: no id (or key) is safe
-  return store::HexEncode(*raw);
-}
-
-void AuditRejected(store::Store* store, const store::AuditStart& start, const std::string& reason) {
-  if (store == nullptr || !store->BeginExecution(start).ok()) return;
-  store::AuditFinish f;
-  f.id = start.id;
-  f.ended_ms = NowMs();
-  f.status = "rejected";
-  f.reason = reason;
-  (void)store->FinishExecution(f);
-}
-
-store::AuditFinish AuditFinishFromResult(const std::string& id, int64_t ended_ms,
-                                         const nlohmann::json& j) {
-  store::AuditFinish f;
-  f.id = id;
-  f.ended_ms = ended_ms;
-  f.status = j.value("status", "internal_error");
-  if (j.contains("exit_code") && j["exit_code"].is_number_integer())
-    f.exit_code = j["exit_code"].get<int>();
-  if (j.contains("signal") && j["signal"].is_number_integer()) f.signal = j["signal"].get<int>();
-  f.duration_ms = j.value("duration_ms", 0.0);
-  f.cpu_ms = j.value("cpu_ms", 0.0);
-  f.peak_memory_bytes = j.value("peak_memory_bytes", uint64_t{0});
-  f.stdout_bytes = j.value("stdout", std::string()).size();
-  f.stderr_bytes = j.value("stderr", std::string()).size();
-  f.stdout_truncated = j.value("stdout_truncated", false);
-  f.stderr_truncated = j.value("stderr_truncated", false);
-  if (j.contains("policy_violation")) f.policy_violation = j["policy_violation"].dump();
-  f.reason = j.value("reason", "");
-  return f;
-}
 
 struct SessionManager::Session {
   std::string id;
@@ -111,18 +83,20 @@ Result<nlohmann::json> SessionManager::Create(const Caller& caller, const Sessio
   const std::string profile_name =
       options.profile.empty() ? config.server.default_profile : options.profile;
   auto profile = config.Find(profile_name);
-  if (!profile.ok()) return InvalidArgument(profile.error().message);  // "profile: ..."
+  if (!profile.ok()) return profile.error();  // kInvalidArgument, field "profile"
   KILN_ASSIGN_OR_RETURN(policy::PolicyBuilder builder,
                         config::PolicyFor(**profile, options.limits));
   KILN_ASSIGN_OR_RETURN(policy::SandboxPolicy policy, builder.Build());
   const double idle_cap = config.server.session_idle_ttl_s;
   const double life_cap = config.server.session_max_lifetime_s;
   if (options.idle_ttl_s && (*options.idle_ttl_s <= 0 || *options.idle_ttl_s > idle_cap)) {
-    return InvalidArgument("idle_ttl: must be more than 0 and at most " + Fmt(idle_cap) + " s");
+    return InvalidField("idle_ttl",
+                        "idle_ttl: must be more than 0 and at most " + Fmt(idle_cap) + " s");
   }
   if (options.max_lifetime_s &&
       (*options.max_lifetime_s <= 0 || *options.max_lifetime_s > life_cap)) {
-    return InvalidArgument("max_lifetime: must be more than 0 and at most " + Fmt(life_cap) + " s");
+    return InvalidField("max_lifetime",
+                        "max_lifetime: must be more than 0 and at most " + Fmt(life_cap) + " s");
   }
   // The profile's maximum timeout bounds every cell's timeout.
   config::LimitSpec at_max;
@@ -138,10 +112,12 @@ Result<nlohmann::json> SessionManager::Create(const Caller& caller, const Sessio
     for (const auto& [id, s] : sessions_) tenant_live += s->tenant == caller.tenant ? 1 : 0;
     const int tenant_cap = config.Tenant(caller.tenant).max_sessions;
     if (tenant_live >= tenant_cap) {
-      return MakeError(Code::kResourceExhausted,
-                       "session_limit: tenant '" + caller.tenant + "' has " +
-                           std::to_string(tenant_live) +
-                           " live sessions, its maximum (delete one, or let one idle out)");
+      return WithApiCode(
+          MakeError(Code::kResourceExhausted,
+                    "tenant '" + caller.tenant + "' has " + std::to_string(tenant_live) +
+                        " live sessions, its maximum (delete one, or let one idle "
+                        "out)"),
+          "session_limit");
     }
     if (static_cast<int>(sessions_.size()) + starting_total_ >= config.server.max_sessions) {
       return MakeError(Code::kUnavailable, "the server has its maximum of " +
@@ -300,88 +276,49 @@ Result<CellOutcome> SessionManager::Execute(const Caller& caller, const std::str
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
   const double timeout = timeout_s.value_or(s->default_timeout_s);
   if (timeout <= 0 || timeout > s->max_timeout_s) {
-    return InvalidArgument("timeout: must be more than 0 and at most " + Fmt(s->max_timeout_s) +
-                           " s (the profile's maximum)");
+    return InvalidField("timeout", "timeout: must be more than 0 and at most " +
+                                       Fmt(s->max_timeout_s) + " s (the profile's maximum)");
   }
   KILN_ASSIGN_OR_RETURN(std::unique_lock<std::mutex> op, Claim(*s));
   if (!s->channel) {
     Release(*s);
     return MakeError(Code::kGone, "session " + id + " is gone");
   }
+  executions::Job job;
+  job.caller = caller;
+  job.profile = s->profile;
+  job.session_id = s->id;
+  job.code = code;
+  job.hangup_fd = hangup_fd;
+  executions::CellRunner runner(s->channel.get(), code, timeout, on_event, hangup_fd);
+  executions::Outcome ran = deps_.executions->Run(job, runner, &s->cancel);
   CellOutcome out;
-  out.execution_id = NewId();
-  const int64_t started_ms = NowMs();
-  store::AuditStart audit;
-  audit.id = out.execution_id;
-  audit.tenant = caller.tenant;
-  audit.key_id = caller.key_id;
-  audit.profile = s->profile;
-  audit.session_id = s->id;
-  audit.started_ms = started_ms;
-  audit.code = code;
-  audit.store_code = deps_.config->server.store_code;
-  audit.client_addr = caller.peer;
-  auto not_busy = [this, &s] { Release(*s); };
-
-  std::optional<admission::Permit> permit;
-  if (deps_.admission != nullptr) {
-    auto acquired = deps_.admission->Acquire(caller.tenant, [hangup_fd] {
-      if (hangup_fd < 0) return false;
-      char c;
-      return ::recv(hangup_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
-    });
-    if (!acquired.ok()) {
-      out.rejection = acquired.error();
-      if (deps_.metrics) deps_.metrics->RecordRejection(out.rejection->reason);
-      AuditRejected(deps_.store, audit, out.rejection->reason);
-      not_busy();
-      return out;
-    }
-    permit.emplace(std::move(acquired).value());
-  }
-  if (deps_.store) {
-    if (Status st = deps_.store->BeginExecution(audit); !st.ok()) {
-      not_busy();
-      return MakeError(Code::kInternal, "audit log: " + st.error().ToString());
-    }
-  }
-  auto response = s->channel->Execute(code, timeout, on_event, hangup_fd, &s->cancel);
-  permit.reset();
-  store::AuditFinish f;
-  if (response.ok()) {
-    f = AuditFinishFromResult(out.execution_id, NowMs(), response->result);
-    if (deps_.metrics) deps_.metrics->RecordExecution(f.status, s->profile, f.duration_ms / 1e3);
-  } else {
-    f.id = out.execution_id;
-    f.ended_ms = NowMs();
-    f.status = "internal_error";
-    f.reason = response.error().ToString();
-  }
-  if (deps_.store) {
-    if (Status st = deps_.store->FinishExecution(f); !st.ok()) {
-      KILN_LOG_ERROR("audit log: {}", st.error().ToString());
-    }
+  out.execution_id = ran.id;
+  if (!ran.ran) {  // turned away, or the audit log failed: the session is as it was
+    Release(*s);
+    if (ran.error) return std::move(*ran.error);
+    out.rejection = std::move(ran.rejection);
+    return out;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++s->executions;
   }
-  not_busy();
-  KILN_LOG_INFO("execution id={} session={} tenant={} status={} duration_ms={:.1f}",
-                out.execution_id, s->id, caller.tenant, f.status, f.duration_ms);
-  if (!response.ok()) {
+  Release(*s);
+  if (ran.error) {
     op.unlock();
-    End(s, response.error().message);
-    return MakeError(Code::kGone, "session " + id + " is gone: " + response.error().message);
+    End(s, ran.error->message);
+    return MakeError(Code::kGone, "session " + id + " is gone: " + ran.error->message);
   }
+  spawner::ExecResponse& response = *ran.response;
   if (auto gone = s->channel->Gone();
-      gone || response->result.value("session_state", "") == "lost") {
-    const std::string reason = "the last cell ended it (" + response->result.value("status", "") +
-                               ": " + response->result.value("reason", "") + ")";
+      gone || response.result.value("session_state", "") == "lost") {
+    const std::string reason = "the last cell ended it (" + response.result.value("status", "") +
+                               ": " + response.result.value("reason", "") + ")";
     op.unlock();
     End(s, reason);
   }
-  out.response = std::move(*response);
+  out.response = std::move(response);
   return out;
 }
 
@@ -401,9 +338,10 @@ Result<std::unique_lock<std::mutex>> SessionManager::Claim(Session& s) {
     std::lock_guard<std::mutex> lock(mu_);
     if (s.ended) return MakeError(Code::kGone, "session " + s.id + " is gone");
     if (s.busy) {
-      return MakeError(Code::kAborted,
-                       "session_busy: a cell or file operation of this session is running; "
-                       "cells of one session run one at a time");
+      return WithApiCode(MakeError(Code::kAborted,
+                                   "a cell or file operation of this session is running; "
+                                   "cells of one session run one at a time"),
+                         "session_busy");
     }
     s.busy = true;
   }
@@ -429,24 +367,23 @@ Status SessionManager::PutFile(const Caller& caller, const std::string& id, cons
                                const std::string& bytes) {
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
   if (bytes.size() > deps_.config->server.max_file_bytes) {
-    return MakeError(Code::kResourceExhausted,
-                     "body: the file is over the " +
-                         std::to_string(deps_.config->server.max_file_bytes) +
-                         "-byte limit per file");
+    return FileError(MakeError(Code::kResourceExhausted,
+                               "body: the file is over the " +
+                                   std::to_string(deps_.config->server.max_file_bytes) +
+                                   "-byte limit per file"));
   }
-  Status st = WithOp(*s, [&]() -> Status {
+  return FileResult(WithOp(*s, [&]() -> Status {
     return s->channel ? s->channel->PutFile(path, bytes) : Status(MakeError(Code::kGone, "gone"));
-  });
-  return st;
+  }));
 }
 
 Result<std::string> SessionManager::GetFile(const Caller& caller, const std::string& id,
                                             const std::string& path) {
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
-  return WithOp(*s, [&]() -> Result<std::string> {
+  return FileResult(WithOp(*s, [&]() -> Result<std::string> {
     if (!s->channel) return MakeError(Code::kGone, "gone");
     return s->channel->GetFile(path);
-  });
+  }));
 }
 
 Result<nlohmann::json> SessionManager::ListFiles(const Caller& caller, const std::string& id) {
@@ -460,10 +397,10 @@ Result<nlohmann::json> SessionManager::ListFiles(const Caller& caller, const std
 Status SessionManager::DeleteFile(const Caller& caller, const std::string& id,
                                   const std::string& path) {
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
-  return WithOp(*s, [&]() -> Status {
+  return FileResult(WithOp(*s, [&]() -> Status {
     if (!s->channel) return MakeError(Code::kGone, "gone");
     return s->channel->DeleteFile(path);
-  });
+  }));
 }
 
 void SessionManager::ReapLoop() {

@@ -11,8 +11,9 @@
 // queued), idle TTL and maximum lifetime (a reaper thread), and remembers why
 // a session ended so that using it answers kGone (HTTP 410) with the reason.
 //
-// Each cell is admitted like a one-shot execution (global concurrency, the
-// tenant's concurrency and rate) and is one audit row carrying the session id.
+// Each cell is one execution of the executions service (src/executions):
+// admitted like a one-shot execution (global concurrency, the tenant's
+// concurrency and rate), one audit row carrying the session id, counted.
 //
 // Thread-safe. Front-ends: the HTTP server and the MCP server (local mode).
 #pragma once
@@ -31,18 +32,13 @@
 #include "admission/admission.h"
 #include "base/result.h"
 #include "config/config.h"
-#include "metrics/metrics.h"
+#include "executions/service.h"
 #include "spawner/spawner.h"
-#include "store/store.h"
 
 namespace kiln::sessions {
 
 // Who is asking.
-struct Caller {
-  std::string tenant;
-  std::string key_id;
-  std::string peer;  // client address, for the audit log
-};
+using Caller = executions::Caller;
 
 // POST /v1/sessions, parsed.
 struct SessionOptions {
@@ -55,9 +51,7 @@ struct SessionOptions {
 struct Deps {
   const config::Config* config = nullptr;
   spawner::Spawner* spawner = nullptr;
-  store::Store* store = nullptr;                        // optional: no audit rows
-  admission::AdmissionController* admission = nullptr;  // optional: cells not admitted
-  metrics::Metrics* metrics = nullptr;                  // optional
+  executions::Service* executions = nullptr;  // runs the cells (admission, audit, metrics)
 };
 
 // A cell's outcome as the front-ends need it.
@@ -140,16 +134,5 @@ class SessionManager final {
   bool stopping_ = false;
   std::thread reaper_;
 };
-
-// A request admission turned away is one audit row too, status "rejected".
-void AuditRejected(store::Store* store, const store::AuditStart& start, const std::string& reason);
-
-// The audit row's ending from a result (ToJson's shape).
-store::AuditFinish AuditFinishFromResult(const std::string& id, int64_t ended_ms,
-                                         const nlohmann::json& result);
-
-int64_t NowMs();
-// 32 hex digits from a CSPRNG.
-std::string NewId();
 
 }  // namespace kiln::sessions

@@ -51,13 +51,20 @@ Code CodeFromName(const std::string& code) {
   return Code::kInternal;
 }
 
+// The request field the error is about travels with it ("field", when set).
 nlohmann::json ErrorFrame(const Error& e) {
-  return {{"type", "error"}, {"code", std::string(ToString(e.code))}, {"message", e.message}};
+  nlohmann::json j = {
+      {"type", "error"}, {"code", std::string(ToString(e.code))}, {"message", e.message}};
+  if (!e.field.empty()) j["field"] = e.field;
+  return j;
 }
 
 Error ErrorOf(const nlohmann::json& frame) {
-  return MakeError(CodeFromName(frame.value("code", "internal")),
-                   frame.value("message", "unknown error"));
+  Error e = MakeError(CodeFromName(frame.value("code", "internal")),
+                      frame.value("message", "unknown error"));
+  if (auto f = frame.find("field"); f != frame.end() && f->is_string())
+    e.field = f->get<std::string>();
+  return e;
 }
 
 }  // namespace

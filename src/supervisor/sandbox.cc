@@ -784,19 +784,19 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
       continue;
     }
     UniqueFd fd(::open(f.host_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
-    if (!fd) return ErrnoError("file: cannot open '" + f.host_path + "'");
+    if (!fd) return WithField(ErrnoError("file: cannot open '" + f.host_path + "'"), "files");
     struct stat info {};
     if (::fstat(fd.get(), &info) != 0 || !S_ISREG(info.st_mode)) {
-      return InvalidArgument("file: '" + f.host_path + "' is not a regular file");
+      return InvalidField("files", "file: '" + f.host_path + "' is not a regular file");
     }
     input_total += static_cast<uint64_t>(info.st_size);
     layout.workspace_files.push_back({fd.get(), f.name});
     s.keep_fds.push_back(std::move(fd));
   }
   if (input_total > limits.workspace_bytes) {
-    return InvalidArgument("file: the input files (" + FormatSize(input_total) +
-                           ") do not fit the workspace (--disk " +
-                           FormatSize(limits.workspace_bytes) + ")");
+    return InvalidField("files", "file: the input files (" + FormatSize(input_total) +
+                                     ") do not fit the workspace (--disk " +
+                                     FormatSize(limits.workspace_bytes) + ")");
   }
   for (auto& fd : OpenFontCache(host, &layout.mpl_cache_files)) s.keep_fds.push_back(std::move(fd));
   // The runtime directory is copied into the sandbox from fds opened here,
@@ -1049,9 +1049,9 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Adopt(const HostContext& host,
       } else {
         UniqueFd fd(::open(f.host_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
         struct stat st_buf {};
-        if (!fd) return ErrnoError("file: cannot open '" + f.host_path + "'");
+        if (!fd) return WithField(ErrnoError("file: cannot open '" + f.host_path + "'"), "files");
         if (::fstat(fd.get(), &st_buf) != 0 || !S_ISREG(st_buf.st_mode)) {
-          return InvalidArgument("file: '" + f.host_path + "' is not a regular file");
+          return InvalidField("files", "file: '" + f.host_path + "' is not a regular file");
         }
         char buf[65536];
         ssize_t n;

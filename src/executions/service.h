@@ -1,0 +1,169 @@
+// kiln::executions: the one place where an execution is admitted, audited,
+// counted, run and logged, whatever asked for it: a one-shot execution
+// (POST /v1/execute, POST /execute) or a session's cell (POST
+// /v1/sessions/{id}/execute, and MCP's run_python through the sessions).
+//
+//   front-end -> Service::Run(job, runner)
+//                  admission (429/503 are a Rejection, audited "rejected", counted)
+//                  audit row "running"
+//                  runner.Run(id, cancel)   <- the seam: a Spawner job, a session's
+//                                              channel, or a test's fake
+//                  audit row finished (the result's status, or "internal_error" /
+//                  "rejected" when the runner failed), metrics, one log line
+//
+// The service sits below sessions, MCP and the HTTP server: they call it, it
+// calls none of them. It knows every running execution's cancel token, so a
+// shutdown reaches them all (Drain).
+//
+// Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "admission/admission.h"
+#include "base/result.h"
+#include "config/config.h"
+#include "metrics/metrics.h"
+#include "spawner/spawner.h"
+#include "store/store.h"
+
+namespace kiln::executions {
+
+// Who is asking.
+struct Caller {
+  std::string tenant;
+  std::string key_id;
+  std::string peer;  // client address, for the audit log
+};
+
+// One execution as admission, the audit log and the logs see it.
+struct Job {
+  Caller caller;
+  std::string profile;
+  std::optional<std::string> session_id;  // a session's cell
+  std::string code;                       // audited (or only its hash: Deps::store_code)
+  int hangup_fd = -1;                     // the client's socket: hanging up while queued gives up
+  std::string request_id;                 // for the log line (one-shots)
+};
+
+// What actually runs the code: the seam of the service (fakes in tests).
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  // Runs execution `id` to its end. `cancel` firing kills it (the result
+  // then says "cancelled"). An error: the call failed (nothing ran: a bad
+  // request, kInvalidArgument; or the sandbox's process was lost).
+  virtual Result<spawner::ExecResponse> Run(const std::string& id,
+                                            const spawner::CancelToken& cancel) = 0;
+};
+
+struct Outcome {
+  std::string id;  // the execution's (audit row, logs, the response's "id")
+  std::optional<spawner::ExecResponse> response;
+  std::optional<admission::Rejection> rejection;  // turned away: 429/503 with Retry-After
+  std::optional<Error> error;  // refused before running, the audit log failed, or the runner's
+  bool ran = false;            // the runner was called: `error` is then the runner's
+};
+
+struct Deps {
+  store::Store* store = nullptr;                        // optional: no audit rows
+  admission::AdmissionController* admission = nullptr;  // optional: not admitted
+  metrics::Metrics* metrics = nullptr;                  // optional
+  bool store_code = true;                               // server.store_code
+  // One-shot executions only (RunOneShot).
+  const config::Config* config = nullptr;
+  spawner::Spawner* spawner = nullptr;
+};
+
+class Service final {
+ public:
+  explicit Service(Deps deps) : deps_(deps) {}
+  Service(const Service&) = delete;
+  Service& operator=(const Service&) = delete;
+
+  // One execution: admission, the audit row, `runner`, metrics, the log
+  // line. `cancel`: the token that kills it (a session's, which also ends
+  // its sandbox); none: the service's own for this execution.
+  Outcome Run(const Job& job, Runner& runner, spawner::CancelToken* cancel = nullptr);
+
+  // A one-shot execution: its profile and limits are checked first (a
+  // request over a maximum is a 400, not a queue slot), then Run with the
+  // spawner. Sets exec.id.
+  Outcome RunOneShot(spawner::ExecRequest& exec, const Caller& caller, int hangup_fd,
+                     const spawner::EventFn& on_event, const std::string& request_id);
+
+  // Shutdown: admission turns everything away (queued requests fail with
+  // 503), running executions get `grace`, then are cancelled (their
+  // sandboxes are killed; their rows say "cancelled"). True when they all
+  // ended within the grace.
+  bool Drain(std::chrono::milliseconds grace);
+  // Cancels every running execution.
+  void CancelRunning();
+  // Waits until none runs, for at most `timeout`. True if none does.
+  bool WaitIdle(std::chrono::milliseconds timeout);
+  size_t running() const;
+
+ private:
+  const Deps deps_;
+  mutable std::mutex mu_;
+  std::condition_variable idle_;
+  std::set<spawner::CancelToken*> running_;  // executions in flight
+};
+
+// The Runner of one-shot executions: a job of the spawner.
+class SpawnerRunner final : public Runner {
+ public:
+  // All outlive the runner.
+  SpawnerRunner(spawner::Spawner* spawner, spawner::ExecRequest* exec, int hangup_fd,
+                const spawner::EventFn& on_event)
+      : spawner_(spawner), exec_(exec), hangup_fd_(hangup_fd), on_event_(on_event) {}
+  Result<spawner::ExecResponse> Run(const std::string& id,
+                                    const spawner::CancelToken& cancel) override;
+
+ private:
+  spawner::Spawner* spawner_;
+  spawner::ExecRequest* exec_;
+  int hangup_fd_;
+  const spawner::EventFn& on_event_;
+};
+
+// The Runner of a session's cell: its supervisor's channel.
+class CellRunner final : public Runner {
+ public:
+  // All outlive the runner.
+  CellRunner(spawner::SessionChannel* channel, const std::string& code, double timeout_s,
+             const spawner::EventFn& on_event, int hangup_fd)
+      : channel_(channel),
+        code_(code),
+        timeout_s_(timeout_s),
+        on_event_(on_event),
+        hangup_fd_(hangup_fd) {}
+  Result<spawner::ExecResponse> Run(const std::string& id,
+                                    const spawner::CancelToken& cancel) override;
+
+ private:
+  spawner::SessionChannel* channel_;
+  const std::string& code_;
+  double timeout_s_;
+  const spawner::EventFn& on_event_;
+  int hangup_fd_;
+};
+
+// 32 hex digits from a CSPRNG: execution and session ids.
+std::string NewId();
+
+// A request admission turned away is one audit row too, status "rejected".
+void AuditRejected(store::Store* store, const store::AuditStart& start, const std::string& reason);
+
+// The audit row's ending from a result (supervisor::ToJson's shape).
+store::AuditFinish AuditFinishFromResult(const std::string& id, int64_t ended_ms,
+                                         const nlohmann::json& result);
+
+}  // namespace kiln::executions

@@ -296,20 +296,28 @@ TEST_F(Recovery, EveryKindOfProcessKilledUnderLoad) {
     return Post("/v1/execute", {{"code", "import time; print('up', flush=True); time.sleep(10)"},
                                 {"memory", "128m"}});
   });
+  // pid 1 is a supervisor's child that has a child (the worker); a cgroup v1
+  // warm-up helper has none. A one-shot of the load that is still being torn
+  // down can look the same for a few milliseconds, so the sleeper's pid 1 is
+  // the only one seen in every poll for a whole second (it sleeps for 10).
   std::optional<pid_t> init;
+  std::map<pid_t, std::chrono::steady_clock::time_point> first_seen;
   const bool running = WaitFor(
       [&] {
+        std::map<pid_t, std::chrono::steady_clock::time_point> seen;
         for (const auto& sup : ChildrenOf(Spawner())) {
           if (sup.comm != "kiln-supervise") continue;
-          // pid 1 is the supervisor's child that has a child (the worker);
-          // a cgroup v1 warm-up helper has none.
           for (const auto& kid : ChildrenOf(sup.pid)) {
             if (ChildrenOf(kid.pid).empty()) continue;
-            init = kid.pid;
-            return true;
+            auto it = first_seen.find(kid.pid);
+            seen[kid.pid] = it != first_seen.end() ? it->second : std::chrono::steady_clock::now();
           }
         }
-        return false;
+        first_seen = seen;
+        const auto now = std::chrono::steady_clock::now();
+        if (seen.size() != 1 || now - seen.begin()->second < 1s) return false;
+        init = seen.begin()->first;
+        return true;
       },
       20s);
   ASSERT_TRUE(running) << "no sandbox pid 1 under a supervisor";

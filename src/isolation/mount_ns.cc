@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -54,7 +55,10 @@ class Builder {
  public:
   // Targets are `root` + the sandbox path: the staging root before pivot_root,
   // or "" for a plan run inside the sandbox's root (a pooled child's).
-  Builder(MountPlan* plan, std::string root) : plan_(plan), root_(std::move(root)) {}
+  // `layout.tmpfs_owner` set: each tmpfs is made here, detached (MakeTmpfs),
+  // and the child attaches it; else the child mounts it with uid=/gid=.
+  Builder(MountPlan* plan, std::string root, const MountLayout& layout)
+      : plan_(plan), root_(std::move(root)), layout_(layout) {}
 
   std::string T(const std::string& p) { return root_ + p; }
 
@@ -90,9 +94,34 @@ class Builder {
     plan_->Add({MountOpKind::kWriteFile, step, nullptr, plan_->Intern(T(p)), 0, data,
                 content.size(), -1, mode});
   }
-  void Tmpfs(const std::string& p, unsigned long flags, const std::string& data, SetupStep step) {
-    plan_->Add({MountOpKind::kTmpfs, step, nullptr, plan_->Intern(T(p)), flags, plan_->Intern(data),
-                0, -1, 0});
+  // A size-capped tmpfs on `p` with MS_* `flags` and its root's `mode`,
+  // owned by the sandbox. `made`: a detached tmpfs the caller already made
+  // (a pooled child's, by the pool: MountLayout::private_tmpfs_fds).
+  Status Tmpfs(const std::string& p, unsigned long flags, uint64_t bytes, uint32_t mode,
+               SetupStep step, int made = -1) {
+    int fd = made;
+    const char* data = nullptr;
+    if (fd < 0 && layout_.tmpfs_owner) {
+      unsigned attr = 0;
+      if (flags & MS_RDONLY) attr |= MOUNT_ATTR_RDONLY;
+      if (flags & MS_NOSUID) attr |= MOUNT_ATTR_NOSUID;
+      if (flags & MS_NODEV) attr |= MOUNT_ATTR_NODEV;
+      if (flags & MS_NOEXEC) attr |= MOUNT_ATTR_NOEXEC;
+      const int made_here = sys::MakeTmpfs(bytes, mode, layout_.tmpfs_owner->first,
+                                           layout_.tmpfs_owner->second, attr);
+      if (made_here < 0) {
+        return ErrnoError("make the tmpfs for " + p + " (fsopen/fsmount)", errno, step);
+      }
+      fd = plan_->Own(UniqueFd(made_here));
+    } else if (fd < 0) {
+      char octal[16];
+      std::snprintf(octal, sizeof octal, "%04o", mode);
+      data = plan_->Intern("size=" + std::to_string(bytes) + ",mode=" + octal +
+                           ",uid=" + std::to_string(layout_.inside_uid) +
+                           ",gid=" + std::to_string(layout_.inside_gid));
+    }
+    plan_->Add({MountOpKind::kTmpfs, step, nullptr, plan_->Intern(T(p)), flags, data, 0, fd, 0});
+    return OkStatus();
   }
   void Op(MountOpKind kind, SetupStep step, const std::string& src, const std::string& dst,
           unsigned long flags = 0) {
@@ -113,8 +142,7 @@ class Builder {
   // left out. The supervisor opens the files, so the child needs no path to
   // the host's tree. `only`, when not empty, names the one entry of `src`
   // that is copied (with everything beneath it).
-  Status CopyTreeRo(const std::string& src, const std::string& dst, const std::string& ids,
-                    const std::string& only = "") {
+  Status CopyTreeRo(const std::string& src, const std::string& dst, const std::string& only = "") {
     namespace fs = std::filesystem;
     struct Entry {
       std::string rel;
@@ -177,9 +205,7 @@ class Builder {
     std::sort(entries.begin(), entries.end(),
               [](const Entry& a, const Entry& b) { return a.rel < b.rel; });
     Mkdir(dst, SetupStep::kMountBinds);
-    Tmpfs(dst, MS_NOSUID | MS_NODEV,
-          "size=" + std::to_string(bytes + (64 << 10)) + ",mode=0755" + ids,
-          SetupStep::kMountBinds);
+    KILN_TRY(Tmpfs(dst, MS_NOSUID | MS_NODEV, bytes + (64 << 10), 0755, SetupStep::kMountBinds));
     for (auto& e : entries) {
       const std::string to = dst + "/" + e.rel;
       switch (e.kind) {
@@ -197,6 +223,7 @@ class Builder {
  private:
   MountPlan* plan_;
   std::string root_;
+  const MountLayout& layout_;
   int next_slot_ = 0;
 };
 
@@ -204,16 +231,12 @@ class Builder {
 constexpr int kMaxTreeSlots = 16;
 int g_tree_fds[kMaxTreeSlots] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
 
-std::string SizeOpt(uint64_t bytes) { return "size=" + std::to_string(bytes); }
-
 // What each sandbox gets of its own, on mount points that exist: a fresh /proc
 // for its pid namespace (masked), size-capped tmpfs on /dev/shm, /tmp and
 // /workspace, the font cache and the caller's files. The cold path runs it in
 // the staging root; a pooled child, forked from a zygote whose jail already
 // has the rest, runs only this (BuildPrivateMountPlan).
-void AddPrivateMounts(Builder& b, MountPlan& plan, const MountLayout& layout) {
-  const std::string ids =
-      ",uid=" + std::to_string(layout.inside_uid) + ",gid=" + std::to_string(layout.inside_gid);
+Status AddPrivateMounts(Builder& b, MountPlan& plan, const MountLayout& layout) {
   // A fresh /proc for the new pid namespace, with the entries that reveal or
   // poke the host masked (as runc and Docker do).
   // hidepid=ptraceable (Linux 5.8): a process the program may not ptrace is
@@ -240,16 +263,16 @@ void AddPrivateMounts(Builder& b, MountPlan& plan, const MountLayout& layout) {
     for (const char* d :
          {"/proc/acpi", "/proc/scsi", "/proc/bus", "/proc/irq", "/proc/fs", "/proc/driver",
           "/proc/asound", "/proc/tty", "/proc/sys", "/proc/pressure"}) {
-      b.Op(MountOpKind::kMaskDir, SetupStep::kMountProc, "", d);
+      b.Op(MountOpKind::kMaskDir, SetupStep::kMountProc, b.T(kEmptyDirPath), d);
     }
   }
   // Writable, size-capped, never executable.
-  b.Tmpfs("/dev/shm", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-          SizeOpt(layout.shm_bytes) + ",mode=1777" + ids, SetupStep::kMountTmpfs);
-  b.Tmpfs("/tmp", MS_NOSUID | MS_NODEV | MS_NOEXEC, SizeOpt(layout.tmp_bytes) + ",mode=1777" + ids,
-          SetupStep::kMountTmpfs);
-  b.Tmpfs(kWorkspacePath, MS_NOSUID | MS_NODEV | MS_NOEXEC,
-          SizeOpt(layout.workspace_bytes) + ",mode=0755" + ids, SetupStep::kMountTmpfs);
+  KILN_TRY(b.Tmpfs("/dev/shm", MS_NOSUID | MS_NODEV | MS_NOEXEC, layout.shm_bytes, 01777,
+                   SetupStep::kMountTmpfs, layout.private_tmpfs_fds[0]));
+  KILN_TRY(b.Tmpfs("/tmp", MS_NOSUID | MS_NODEV | MS_NOEXEC, layout.tmp_bytes, 01777,
+                   SetupStep::kMountTmpfs, layout.private_tmpfs_fds[1]));
+  KILN_TRY(b.Tmpfs(kWorkspacePath, MS_NOSUID | MS_NODEV | MS_NOEXEC, layout.workspace_bytes, 0755,
+                   SetupStep::kMountTmpfs, layout.private_tmpfs_fds[2]));
 
   // The pre-built matplotlib font cache (a missing one costs 0.4-0.6 s per
   // start), then the caller's files.
@@ -266,6 +289,7 @@ void AddPrivateMounts(Builder& b, MountPlan& plan, const MountLayout& layout) {
     }
     b.Copy(f.fd, std::string(kWorkspacePath) + "/" + f.name, 0644);
   }
+  return OkStatus();
 }
 
 }  // namespace
@@ -282,8 +306,8 @@ int MountPlan::Own(UniqueFd fd) {
 
 Result<MountPlan> BuildPrivateMountPlan(const MountLayout& layout) {
   MountPlan plan;
-  Builder b(&plan, "");
-  AddPrivateMounts(b, plan, layout);
+  Builder b(&plan, "", layout);
+  KILN_TRY(AddPrivateMounts(b, plan, layout));
   return plan;
 }
 
@@ -291,12 +315,15 @@ Result<MountPlan> BuildMountPlan(const MountLayout& layout) {
   namespace fs = std::filesystem;
   MountPlan plan;
   plan.set_new_root(plan.Intern(kStagingRoot));
-  Builder b(&plan, kStagingRoot);
-  const std::string ids =
-      ",uid=" + std::to_string(layout.inside_uid) + ",gid=" + std::to_string(layout.inside_gid);
+  Builder b(&plan, kStagingRoot, layout);
 
   // The root: a small tmpfs that only holds mount points and /etc's files.
-  b.Tmpfs("", MS_NOSUID | MS_NODEV, "size=1m,mode=0755" + ids, SetupStep::kMountRoot);
+  KILN_TRY(b.Tmpfs("", MS_NOSUID | MS_NODEV, 1 << 20, 0755, SetupStep::kMountRoot));
+  // An empty directory, bound read-only over the /proc directories that are
+  // masked (a bind shows no ids in mountinfo, as a tmpfs of the child's
+  // would).
+  b.Mkdir("/var", SetupStep::kMountRoot);
+  b.Mkdir(kEmptyDirPath, SetupStep::kMountRoot, 0555);
 
   // /usr, and the top-level entries that merged-/usr Debian makes symlinks
   // into it (/bin -> usr/bin, /lib, /lib64, /sbin...). Copy the links as links;
@@ -350,9 +377,9 @@ Result<MountPlan> BuildMountPlan(const MountLayout& layout) {
     b.Mkdir("/opt", SetupStep::kMountRoot);
     b.Mkdir("/opt/kiln", SetupStep::kMountRoot);
     // Only the package the sandbox imports: not the runtime's tests or README.
-    KILN_TRY(b.CopyTreeRo(layout.runtime_dir, kRuntimeMountPath, ids, "kiln_runtime"));
+    KILN_TRY(b.CopyTreeRo(layout.runtime_dir, kRuntimeMountPath, "kiln_runtime"));
     if (!layout.zygote_lib_dir.empty()) {
-      KILN_TRY(b.CopyTreeRo(layout.zygote_lib_dir, kZygoteLibPath, ids));
+      KILN_TRY(b.CopyTreeRo(layout.zygote_lib_dir, kZygoteLibPath));
     }
   }
   for (const auto& p : layout.extra_ro_paths) {
@@ -374,7 +401,7 @@ Result<MountPlan> BuildMountPlan(const MountLayout& layout) {
   // Minimal /dev: device nodes cannot be made in a user namespace, so bind the
   // host's five harmless ones; everything else does not exist.
   b.Mkdir("/dev", SetupStep::kMountBinds);
-  b.Tmpfs("/dev", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755" + ids, SetupStep::kMountBinds);
+  KILN_TRY(b.Tmpfs("/dev", MS_NOSUID | MS_NOEXEC, 64 << 10, 0755, SetupStep::kMountBinds));
   for (const char* node : kDeviceNodes) {
     const std::string p = std::string("/dev/") + node;
     b.File(p, "", 0666, SetupStep::kMountBinds);
@@ -389,7 +416,7 @@ Result<MountPlan> BuildMountPlan(const MountLayout& layout) {
   b.Mkdir("/proc", SetupStep::kMountProc);
   b.Mkdir("/tmp", SetupStep::kMountTmpfs);
   b.Mkdir(kWorkspacePath, SetupStep::kMountTmpfs);
-  AddPrivateMounts(b, plan, layout);
+  KILN_TRY(AddPrivateMounts(b, plan, layout));
   return plan;
 }
 
@@ -455,10 +482,17 @@ int ApplyOne(const MountOp& op) {
       if (::mount(op.source, op.target, nullptr, MS_BIND, nullptr) != 0) return -1;
       return ::mount(nullptr, op.target, nullptr,
                      MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, nullptr);
-    case MountOpKind::kTmpfs: return ::mount("tmpfs", op.target, "tmpfs", op.flags, op.data);
+    case MountOpKind::kTmpfs:
+      // Made by the supervisor or the pool (flags, size and owner set there),
+      // or mounted here.
+      if (op.fd >= 0) return sys::MoveMountFromFd(op.fd, op.target);
+      return ::mount("tmpfs", op.target, "tmpfs", op.flags, op.data);
     case MountOpKind::kProc: return ::mount("proc", op.target, "proc", op.flags, op.data);
     case MountOpKind::kRemountRo:
-      return ::mount(nullptr, op.target, nullptr, MS_REMOUNT | MS_RDONLY | op.flags, nullptr);
+      // The mount, not its superblock: a tmpfs made by the supervisor belongs
+      // to the host's user namespace, whose superblock we may not remount.
+      return ::mount(nullptr, op.target, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY | op.flags,
+                     nullptr);
     case MountOpKind::kSymlink: return ::symlink(op.source, op.target);
     case MountOpKind::kWriteFile: return WriteFileAt(op.target, op.data, op.length, op.mode);
     case MountOpKind::kCopyFd: return CopyFdTo(op.fd, op.target, op.mode, op.mtime_ns);
@@ -484,8 +518,9 @@ int ApplyOne(const MountOp& op) {
     case MountOpKind::kMaskDir: {
       struct stat st {};
       if (::lstat(op.target, &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
-      return ::mount("tmpfs", op.target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                     "size=4k,mode=0555");
+      if (::mount(op.source, op.target, nullptr, MS_BIND, nullptr) != 0) return -1;
+      return ::mount(nullptr, op.target, nullptr,
+                     MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr);
     }
   }
   errno = EINVAL;

@@ -24,7 +24,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/result.h"
@@ -37,15 +39,17 @@ enum class MountOpKind : uint8_t {
   kMkdir,       // mkdir target (mode)
   kBindRo,      // bind source on target, then remount ro|nosuid|nodev (+ locked flags)
   kBindDev,     // bind a device node source on target: ro, nosuid, noexec (not nodev)
-  kTmpfs,       // mount tmpfs on target with flags and data (size=, mode=, uid=)
+  kTmpfs,       // attach the detached tmpfs `fd` (made by the supervisor or the pool)
+                // on target, or, with fd -1, mount a tmpfs there with flags and
+                // data (size=, mode=, uid=)
   kProc,        // mount proc on target
-  kRemountRo,   // remount target (a mount point we made) read-only, keeping flags
+  kRemountRo,   // make the mount on target (one we made) read-only, keeping flags
   kSymlink,     // symlink source (the link text) at target
   kWriteFile,   // create target with data[0..len) and mode
   kCopyFd,      // create target with mode and copy the contents of fd (then its
                 // mtime, when mtime_ns >= 0)
   kMaskFile,    // bind source (/dev/null) over target if target exists
-  kMaskDir,     // mount an empty read-only tmpfs over target if it exists
+  kMaskDir,     // bind the empty directory source read-only over target if it exists
   kOpenTree,    // open_tree(source, OPEN_TREE_CLONE) into slot `fd`, before anything
                 // else and with the caller's host identity (PrepareMountSourcesInChild)
   kAttachTree,  // move_mount the tree in slot `fd` onto target, then ro|nosuid|nodev
@@ -59,7 +63,7 @@ struct MountOp {
   unsigned long flags;  // MS_* for mounts (extra flags to keep for binds)
   const char* data;     // mount data, or file contents for kWriteFile
   size_t length;        // kWriteFile
-  int fd;               // kCopyFd; slot index for kOpenTree/kAttachTree
+  int fd;               // kCopyFd, kTmpfs (-1: mount one); slot index for kOpenTree/kAttachTree
   uint32_t mode;        // kMkdir, kWriteFile, kCopyFd
   // kCopyFd: the source's mtime (a copied .py keeps its __pycache__ entry
   // valid), or -1 to leave the copy's.
@@ -117,6 +121,16 @@ struct MountLayout {
   // Mask /proc's host-revealing entries. Off only for a zygote's jail, whose
   // children each mount their own masked /proc over it (BuildPrivateMountPlan).
   bool mask_proc = true;
+  // The host uid and gid that own the roots of the sandbox's tmpfs mounts,
+  // when the caller is root in the host's user namespace: BuildMountPlan then
+  // makes each tmpfs itself (sys::MakeTmpfs) and the child attaches it. A
+  // tmpfs made by the host's root prints no `uid=`/`gid=` in mountinfo; one
+  // the child mounts prints its creator's host ids (unset: an unprivileged
+  // kiln, whose sandboxes run as the caller's own ids). docs/adr/0017.
+  std::optional<std::pair<uid_t, gid_t>> tmpfs_owner;
+  // BuildPrivateMountPlan: the fds that hold a pooled child's /dev/shm, /tmp
+  // and /workspace, made for it by the pool (zygote_lib.cc), or -1.
+  int private_tmpfs_fds[3] = {-1, -1, -1};
 };
 
 // Supervisor side, before clone. Reads the host (which top-level entries are
@@ -158,6 +172,8 @@ int RemountRootReadOnlyInChild();
 // Paths inside the sandbox.
 inline constexpr const char* kWorkspacePath = "/workspace";
 inline constexpr const char* kTmpPath = "/tmp";
+// An empty read-only directory, bound over the masked /proc directories.
+inline constexpr const char* kEmptyDirPath = "/var/empty";
 inline constexpr const char* kShmPath = "/dev/shm";
 inline constexpr const char* kRuntimeMountPath = "/opt/kiln/runtime";
 inline constexpr const char* kZygoteLibPath = "/opt/kiln/lib";

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -138,6 +139,104 @@ TEST_F(MountPlanCopyTest, AMissingRuntimeDirectoryIsAnError) {
   auto plan = BuildMountPlan(layout);
   ASSERT_FALSE(plan.ok());
   EXPECT_NE(plan.error().ToString().find("missing"), std::string::npos);
+}
+
+TEST_F(MountPlanCopyTest, WithoutAnOwnerTheChildMountsEachTmpfsWithTheInsideIds) {
+  MountLayout layout;
+  layout.workspace_bytes = layout.tmp_bytes = layout.shm_bytes = 1 << 20;
+  auto plan = BuildMountPlan(layout);
+  ASSERT_TRUE(plan.ok()) << plan.error().ToString();
+  int tmpfs = 0;
+  for (const auto& op : plan->ops()) {
+    if (op.kind != MountOpKind::kTmpfs) continue;
+    ++tmpfs;
+    EXPECT_EQ(op.fd, -1) << op.target;
+    ASSERT_NE(op.data, nullptr) << op.target;
+    EXPECT_NE(std::string(op.data).find(",uid=1000,gid=1000"), std::string::npos) << op.data;
+  }
+  EXPECT_EQ(tmpfs, 5);  // the root, /dev, /dev/shm, /tmp, /workspace
+}
+
+TEST_F(MountPlanCopyTest, AsRootEachTmpfsIsMadeHereOwnedByTheSandboxsHostIds) {
+  // What the sandbox's mountinfo would print of a tmpfs its child mounted:
+  // `uid=`/`gid=` of its creator's host ids. A tmpfs made by the host's root
+  // prints none, and its root belongs to the sandbox's host ids.
+  if (::geteuid() != 0) GTEST_SKIP() << "fsopen of a tmpfs in the host's namespace needs root";
+  MountLayout layout;
+  layout.workspace_bytes = 3 << 20;
+  layout.tmp_bytes = layout.shm_bytes = 1 << 20;
+  layout.tmpfs_owner.emplace(54321, 54322);
+  auto plan = BuildMountPlan(layout);
+  ASSERT_TRUE(plan.ok()) << plan.error().ToString();
+  int tmpfs = 0;
+  for (const auto& op : plan->ops()) {
+    if (op.kind != MountOpKind::kTmpfs) continue;
+    ++tmpfs;
+    EXPECT_EQ(op.data, nullptr) << op.target;
+    ASSERT_GE(op.fd, 0) << op.target;
+    struct stat st {};
+    ASSERT_EQ(::fstat(op.fd, &st), 0) << op.target;
+    EXPECT_EQ(st.st_uid, 54321u) << op.target;
+    EXPECT_EQ(st.st_gid, 54322u) << op.target;
+    if (Target(kWorkspacePath) == op.target) {
+      EXPECT_EQ(st.st_mode & 07777, 0755u);
+      struct statvfs sv {};
+      ASSERT_EQ(::fstatvfs(op.fd, &sv), 0);
+      EXPECT_EQ(sv.f_blocks * sv.f_frsize, 3u << 20);
+      EXPECT_NE(sv.f_flag & ST_NOEXEC, 0u);
+      EXPECT_NE(sv.f_flag & ST_NOSUID, 0u);
+      EXPECT_NE(sv.f_flag & ST_NODEV, 0u);
+    }
+    if (Target(kTmpPath) == op.target) {
+      EXPECT_EQ(st.st_mode & 07777, 01777u);
+    }
+  }
+  EXPECT_EQ(tmpfs, 5);
+  plan->CloseFds();
+}
+
+TEST_F(MountPlanCopyTest, MaskedProcDirectoriesAreBindsOfTheEmptyDirectory) {
+  // An empty tmpfs of the child's own over each would print its host ids.
+  MountLayout layout;
+  layout.workspace_bytes = layout.tmp_bytes = layout.shm_bytes = 1 << 20;
+  auto plan = BuildMountPlan(layout);
+  ASSERT_TRUE(plan.ok()) << plan.error().ToString();
+  const MountOp* empty = Find(*plan, MountOpKind::kMkdir, Target(kEmptyDirPath));
+  ASSERT_NE(empty, nullptr);
+  EXPECT_EQ(empty->mode, 0555u);
+  int masked = 0;
+  for (const auto& op : plan->ops()) {
+    if (op.kind != MountOpKind::kMaskDir) continue;
+    ++masked;
+    EXPECT_EQ(op.source, Target(kEmptyDirPath)) << op.target;
+  }
+  EXPECT_GT(masked, 5);
+  // A pooled child's plan runs inside the jail, which has the directory.
+  auto private_plan = BuildPrivateMountPlan(layout);
+  ASSERT_TRUE(private_plan.ok());
+  for (const auto& op : private_plan->ops()) {
+    if (op.kind == MountOpKind::kMaskDir) {
+      EXPECT_STREQ(op.source, kEmptyDirPath);
+    }
+  }
+}
+
+TEST_F(MountPlanCopyTest, APooledChildAttachesTheTmpfsThePoolMadeForIt) {
+  MountLayout layout;
+  layout.workspace_bytes = layout.tmp_bytes = layout.shm_bytes = 1 << 20;
+  layout.private_tmpfs_fds[0] = 40;
+  layout.private_tmpfs_fds[1] = 41;
+  layout.private_tmpfs_fds[2] = 42;
+  auto plan = BuildPrivateMountPlan(layout);
+  ASSERT_TRUE(plan.ok()) << plan.error().ToString();
+  const MountOp* shm = Find(*plan, MountOpKind::kTmpfs, "/dev/shm");
+  const MountOp* tmp = Find(*plan, MountOpKind::kTmpfs, kTmpPath);
+  const MountOp* ws = Find(*plan, MountOpKind::kTmpfs, kWorkspacePath);
+  ASSERT_TRUE(shm != nullptr && tmp != nullptr && ws != nullptr);
+  EXPECT_EQ(shm->fd, 40);
+  EXPECT_EQ(tmp->fd, 41);
+  EXPECT_EQ(ws->fd, 42);
+  EXPECT_EQ(ws->data, nullptr);
 }
 
 }  // namespace

@@ -808,10 +808,12 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
   }
   layout.zygote_lib_dir = host.libexec_dir;
   layout.extra_ro_paths = policy.extra_ro_mounts();
-  KILN_ASSIGN_OR_RETURN(s.mounts, isolation::BuildMountPlan(layout));
-
   KILN_ASSIGN_OR_RETURN(isolation::UidSlot slot, isolation::UidSlot::Acquire(host.slot_lock_dir));
+  // As root, the sandbox's tmpfs mounts are made here, owned by its host ids:
+  // none prints those ids in the sandbox's mountinfo (mount_ns.h).
+  if (slot.privileged()) layout.tmpfs_owner.emplace(slot.outer_uid(), slot.outer_gid());
   s.slot.emplace(std::move(slot));
+  KILN_ASSIGN_OR_RETURN(s.mounts, isolation::BuildMountPlan(layout));
 
   s.argv.Add(policy.interpreter());
   s.argv.Add("-I");  // isolated: no PYTHON* variables, no user site, no cwd on sys.path

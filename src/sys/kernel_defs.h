@@ -82,6 +82,11 @@ struct LandlockPathBeneathAttr {
 #define SYS_open_tree 428
 #define SYS_move_mount 429
 #endif
+#ifndef SYS_fsopen  // Linux 5.2
+#define SYS_fsopen 430
+#define SYS_fsconfig 431
+#define SYS_fsmount 432
+#endif
 #ifndef SYS_open_tree_attr  // Linux 6.15
 #define SYS_open_tree_attr 467
 #endif

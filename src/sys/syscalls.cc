@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 
 namespace kiln::sys {
 
@@ -53,6 +54,31 @@ int OpenTree(int dirfd, const char* path, unsigned flags) {
 int MoveMountFromFd(int from_fd, const char* to_path) {
   return static_cast<int>(
       syscall(SYS_move_mount, from_fd, "", AT_FDCWD, to_path, MOVE_MOUNT_F_EMPTY_PATH));
+}
+
+int MakeTmpfs(uint64_t size_bytes, unsigned mode, uid_t uid, gid_t gid, unsigned attr) {
+  const int fs = static_cast<int>(syscall(SYS_fsopen, "tmpfs", FSOPEN_CLOEXEC));
+  if (fs < 0) return -1;
+  char size[32], octal[16];
+  std::snprintf(size, sizeof size, "%llu", static_cast<unsigned long long>(size_bytes));
+  std::snprintf(octal, sizeof octal, "%o", mode & 07777u);
+  int mnt = -1;
+  if (syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "source", "tmpfs", 0) == 0 &&
+      syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "size", size, 0) == 0 &&
+      syscall(SYS_fsconfig, fs, FSCONFIG_SET_STRING, "mode", octal, 0) == 0 &&
+      syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, nullptr, nullptr, 0) == 0) {
+    mnt = static_cast<int>(syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, attr));
+  }
+  const int saved = errno;
+  ::close(fs);
+  if (mnt >= 0 && ::fchownat(mnt, "", uid, gid, AT_EMPTY_PATH) != 0) {
+    const int e = errno;
+    ::close(mnt);
+    errno = e;
+    return -1;
+  }
+  if (mnt < 0) errno = saved;
+  return mnt;
 }
 
 int LandlockAbiVersion() {

@@ -37,6 +37,13 @@ int Openat2(int dirfd, const char* path, const open_how* how);
 // that can be attached elsewhere later, even after its source path is covered.
 int OpenTree(int dirfd, const char* path, unsigned flags);
 int MoveMountFromFd(int from_fd, const char* to_path);
+// A new tmpfs as a detached mount (fsopen, fsconfig, fsmount: Linux 5.2),
+// with `attr` MOUNT_ATTR_* flags, its root chowned to uid:gid. The
+// superblock's owner is the caller's fsuid (what /proc/PID/mountinfo prints
+// as `uid=` unless it is the host's root): a host-root caller makes a tmpfs
+// that names no one. The fd is close-on-exec; attach it with MoveMountFromFd.
+// -1 with errno.
+int MakeTmpfs(uint64_t size_bytes, unsigned mode, uid_t uid, gid_t gid, unsigned attr);
 
 // Landlock. LandlockAbiVersion() returns the ABI the kernel reports, or -1
 // with errno (ENOSYS: not built; EOPNOTSUPP: disabled at boot).

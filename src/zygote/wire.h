@@ -6,7 +6,9 @@
 //
 //   pool -> zygote   ZygoteConfig, then the seccomp program (sock_filter[])
 //   zygote -> pool   ZygoteReady, once the preload list is imported
-//   pool -> zygote   ForkRequest (SCM_RIGHTS: sync, runtime, stdout, stderr)
+//   pool -> zygote   ForkRequest (SCM_RIGHTS: sync, runtime, stdout, stderr,
+//                    and the child's /dev/shm, /tmp and /workspace: detached
+//                    tmpfs mounts made by the pool)
 //
 // The zygote is trusted code (it runs no program), but it is the parent of
 // every sandbox of its profile: the pool checks each child from outside
@@ -45,6 +47,8 @@ struct ZygoteReady {
   // (kiln_zygote_spawn); 0: the zygote has threads and forks as os.fork().
   uint32_t spawn = 0;
 };
+
+inline constexpr int kForkRequestFds = 7;
 
 struct ForkRequest {
   uint32_t magic = kWireMagic;

@@ -1,6 +1,7 @@
 #include "zygote/zygote.h"
 
 #include <fcntl.h>
+#include <linux/mount.h>
 #include <linux/sched.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -134,6 +135,9 @@ Result<std::unique_ptr<Zygote>> Zygote::Start(const supervisor::HostContext& hos
   layout.extra_ro_paths = pol.extra_ro_mounts();
   layout.mask_proc = false;
   layout.zygote_lib_dir = lib_dir;
+  // The jail's tmpfs, made here and owned by the zygote's host ids (the first
+  // of its block): no mountinfo line of the jail names a host id.
+  layout.tmpfs_owner.emplace(block.base(), block.base());
   for (auto& fd : supervisor::OpenFontCache(host, &layout.mpl_cache_files))
     keep_fds.push_back(std::move(fd));
   KILN_ASSIGN_OR_RETURN(isolation::MountPlan mounts, isolation::BuildMountPlan(layout));
@@ -234,6 +238,9 @@ Result<std::unique_ptr<Zygote>> Zygote::Start(const supervisor::HostContext& hos
   config.workspace_bytes = limits.workspace_bytes;
   config.tmp_bytes = limits.tmp_bytes;
   config.shm_bytes = limits.shm_bytes;
+  z->workspace_bytes_ = limits.workspace_bytes;
+  z->tmp_bytes_ = limits.tmp_bytes;
+  z->shm_bytes_ = limits.shm_bytes;
   config.first_child_id = kFirstChildUid;
   config.max_slots = z->max_slots();
   config.last_cap = host.last_cap;
@@ -335,10 +342,20 @@ bool Zygote::ReapIfExited() {
 
 Status Zygote::Fork(unsigned slot, int sync, int runtime, int out, int err) {
   if (!ready()) return MakeError(Code::kUnavailable, "zygote " + profile_ + " is not ready");
+  if (slot >= max_slots()) return InvalidArgument("zygote: no uid slot " + std::to_string(slot));
   ForkRequest req;
   req.slot = slot;
-  const int fds[4] = {sync, runtime, out, err};
-  return SendRecord(control_.get(), &req, sizeof req, fds, 4);
+  const uid_t id = child_host_uid(slot);
+  const unsigned attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+  UniqueFd shm(sys::MakeTmpfs(shm_bytes_, 01777, id, id, attr));
+  UniqueFd tmp(sys::MakeTmpfs(tmp_bytes_, 01777, id, id, attr));
+  UniqueFd workspace(sys::MakeTmpfs(workspace_bytes_, 0755, id, id, attr));
+  if (!shm || !tmp || !workspace) {
+    return ErrnoError("zygote " + profile_ + ": make a child's tmpfs (fsopen/fsmount)", errno,
+                      SetupStep::kMountTmpfs);
+  }
+  const int fds[kForkRequestFds] = {sync, runtime, out, err, shm.get(), tmp.get(), workspace.get()};
+  return SendRecord(control_.get(), &req, sizeof req, fds, kForkRequestFds);
 }
 
 void Zygote::Retire() {

@@ -121,7 +121,9 @@ class Zygote final {
   const std::vector<isolation::BlockDevice>& io_devices() const { return io_devices_; }
 
   // Asks for a sandbox in uid `slot` with these fds (the child's ends: setup
-  // channel, runtime channel, stdout and stderr write ends).
+  // channel, runtime channel, stdout and stderr write ends), and with the
+  // child's /dev/shm, /tmp and /workspace, made here (as the host's root, so
+  // that their mountinfo lines name no host id; mount_ns.h).
   Status Fork(unsigned slot, int sync, int runtime, int out, int err);
   // Stops the zygote (EOF on its control socket) but not Z's pid 1, which
   // stays while sandboxes forked from it run, then exits.
@@ -141,6 +143,7 @@ class Zygote final {
   std::string log_buf_;
   std::chrono::steady_clock::time_point started_{};
   std::vector<isolation::BlockDevice> io_devices_;
+  uint64_t shm_bytes_ = 0, tmp_bytes_ = 0, workspace_bytes_ = 0;  // each child's tmpfs
 };
 
 }  // namespace kiln::zygote

@@ -9,8 +9,9 @@
 //                               imports failed; s: it will spawn, not fork
 //   kiln_zygote_recv(fd)        blocks for the next ForkRequest: 1, or 0 at
 //                               EOF (the pool is gone), or -errno
-//   kiln_zygote_parent_close()  in the zygote after os.fork(): drops its
-//                               copies of the request's fds
+//   kiln_zygote_parent_close()  in the zygote after os.fork() or the spawn:
+//                               drops its copies of the request's fds and
+//                               tmpfs mounts
 //   kiln_zygote_threads()       the zygote's thread count (/proc/self/status)
 //   kiln_zygote_spawn()         instead of os.fork() + kiln_zygote_child(),
 //                               when the zygote has one thread: the child's
@@ -52,6 +53,12 @@ std::vector<sock_filter> g_seccomp;
 kiln::isolation::MountPlan* g_mounts = nullptr;  // lives as long as the zygote
 kiln::child::ZygoteChildPlan g_plan;
 int g_request_fds[4] = {-1, -1, -1, -1};
+// The fd numbers the per-child plan attaches /dev/shm, /tmp and /workspace
+// from (MountLayout::private_tmpfs_fds): each request's tmpfs mounts are
+// dup'd onto them, and /dev/null again once the child has its copy, so that
+// the zygote holds no child's tmpfs.
+int g_tmpfs_fds[3] = {-1, -1, -1};
+int g_devnull = -1;
 std::vector<int> g_font_fds;
 
 // One record of exactly `size` bytes (SOCK_SEQPACKET keeps boundaries).
@@ -81,7 +88,14 @@ __attribute__((visibility("default"))) int kiln_zygote_init(int control_fd) {
   if (rc != 0) return rc;
   g_config.hostname[sizeof g_config.hostname - 1] = '\0';
 
+  g_devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (g_devnull < 0) return -errno;
+  for (int& fd : g_tmpfs_fds) {
+    fd = ::fcntl(g_devnull, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return -errno;
+  }
   kiln::isolation::MountLayout layout;
+  std::memcpy(layout.private_tmpfs_fds, g_tmpfs_fds, sizeof g_tmpfs_fds);
   layout.inside_uid = kiln::isolation::kInsideUid;
   layout.inside_gid = kiln::isolation::kInsideGid;
   layout.workspace_bytes = g_config.workspace_bytes;
@@ -124,20 +138,30 @@ __attribute__((visibility("default"))) int kiln_zygote_ready(int control_fd, int
 
 __attribute__((visibility("default"))) int kiln_zygote_recv(int control_fd) {
   ForkRequest req;
-  int fds[4] = {-1, -1, -1, -1};
-  const kiln::sys::Received got =
-      kiln::sys::ReceiveWithFds(control_fd, &req, sizeof req, fds, 4, 0);
+  int fds[kiln::zygote::kForkRequestFds];
+  for (int& fd : fds) fd = -1;
+  const kiln::sys::Received got = kiln::sys::ReceiveWithFds(control_fd, &req, sizeof req, fds,
+                                                            kiln::zygote::kForkRequestFds, 0);
   if (got.bytes < 0) return -got.err;
   if (got.bytes == 0) return 0;
   const size_t count = got.nfds;
-  if (got.bytes != sizeof req || got.truncated || req.magic != kWireMagic || count != 4 ||
-      g_mounts == nullptr || req.slot >= g_config.max_slots) {
+  if (got.bytes != sizeof req || got.truncated || req.magic != kWireMagic ||
+      count != kiln::zygote::kForkRequestFds || g_mounts == nullptr ||
+      req.slot >= g_config.max_slots) {
     for (int fd : fds) {
       if (fd >= 0) ::close(fd);
     }
     return -EPROTO;
   }
-  std::memcpy(g_request_fds, fds, sizeof fds);
+  for (int i = 0; i < 3; ++i) {
+    const int rc = ::dup3(fds[4 + i], g_tmpfs_fds[i], O_CLOEXEC);
+    ::close(fds[4 + i]);
+    if (rc < 0) {
+      for (int j = 0; j < 4; ++j) ::close(fds[j]);
+      return -EPROTO;
+    }
+  }
+  std::memcpy(g_request_fds, fds, sizeof g_request_fds);
   g_plan.sync_fd = fds[0];
   g_plan.code_fd = fds[1];
   g_plan.stdout_fd = fds[2];
@@ -152,6 +176,7 @@ __attribute__((visibility("default"))) void kiln_zygote_parent_close(void) {
     if (fd >= 0) ::close(fd);
     fd = -1;
   }
+  for (int fd : g_tmpfs_fds) (void)::dup3(g_devnull, fd, O_CLOEXEC);
 }
 
 __attribute__((visibility("default"))) int kiln_zygote_threads(void) {

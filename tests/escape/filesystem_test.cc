@@ -377,5 +377,48 @@ TEST_F(FilesystemEscape, MountinfoNamesNoHostDirectoryOfKiln) {
   }
 }
 
+TEST_F(FilesystemEscape, MountinfoNamesNoHostId) {
+  // Layer: mount namespace. A tmpfs prints uid=/gid= of its creator's ids in
+  // the host's namespace unless the creator was the host's root; as root,
+  // kiln makes every tmpfs of the sandbox outside it (docs/adr/0017), so no
+  // line may carry an id option, and the masked /proc directories are binds
+  // of an empty directory. The sandbox still owns what it writes to.
+  if (::geteuid() != 0) {
+    GTEST_SKIP() << "kiln runs unprivileged here: its sandboxes' tmpfs carry the caller's own ids";
+  }
+  const JsonRun r = RunProbe(R"PY(
+print(open("/proc/self/mountinfo").read(), end="")
+st = os.stat("/workspace")
+print("workspace", st.st_uid, st.st_gid, oct(st.st_mode & 0o7777))
+print("tmp", oct(os.stat("/tmp").st_mode & 0o7777))
+open("/workspace/w", "w").write("x")
+open("/tmp/t", "w").write("x")
+open("/dev/shm/s", "w").write("x")
+print("wrote", os.stat("/workspace/w").st_uid)
+print("empty", os.listdir("/var/empty"), os.listdir("/proc/sys"))
+)PY");
+  ASSERT_EQ(r.status(), "ok") << r.Describe();
+  const std::vector<std::string> lines = Lines(r.out());
+  int tmpfs = 0;
+  for (const std::string& line : lines) {
+    if (line.find(" - tmpfs ") != std::string::npos) ++tmpfs;
+    // The super options (after " - TYPE SOURCE "): no uid=/gid= option
+    // (an ext4's resuid= is the host filesystem's own, not the sandbox's).
+    std::istringstream fields(line.substr(line.find(" - ") + 3));
+    std::string type, source, options;
+    fields >> type >> source >> options;
+    std::istringstream opts(options);
+    for (std::string o; std::getline(opts, o, ',');) {
+      EXPECT_NE(o.rfind("uid=", 0), 0u) << "a mount names a host uid: " << line;
+      EXPECT_NE(o.rfind("gid=", 0), 0u) << "a mount names a host gid: " << line;
+    }
+  }
+  EXPECT_GE(tmpfs, 5) << r.Describe();
+  EXPECT_NE(r.out().find("workspace 1000 1000 0o755\n"), std::string::npos) << r.Describe();
+  EXPECT_NE(r.out().find("tmp 0o1777\n"), std::string::npos) << r.Describe();
+  EXPECT_NE(r.out().find("wrote 1000\n"), std::string::npos) << r.Describe();
+  EXPECT_NE(r.out().find("empty [] []\n"), std::string::npos) << r.Describe();
+}
+
 }  // namespace
 }  // namespace kiln::testing

@@ -14,22 +14,12 @@
 #include <sstream>
 #include <thread>
 
+#include "testlib/temp_dir.h"
+
 namespace kiln::executions {
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "kiln-exec-test-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
-    path_ = tmpl;
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using kiln::testing::TempDir;
 
 bool HasLine(const std::string& text, const std::string& line) {
   std::istringstream in(text);

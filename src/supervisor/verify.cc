@@ -3,7 +3,10 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <iterator>
 #include <sstream>
+#include <string>
+#include <vector>
 
 namespace kiln::supervisor {
 namespace {
@@ -41,6 +44,16 @@ std::string NsLink(const std::string& proc, pid_t pid, const char* ns) {
 Status VerifySandbox(const SandboxFacts& f) {
   const std::string uid = std::to_string(f.uid);
   const std::string gid = std::to_string(f.gid);
+  static constexpr const char* kNamespaces[] = {"user", "mnt", "pid",   "net",
+                                                "ipc",  "uts", "cgroup"};
+  // Ours and the others', read once for both pids.
+  std::vector<std::vector<std::string>> theirs;
+  for (pid_t other : f.not_shared_with) {
+    theirs.emplace_back();
+    for (const char* ns : kNamespaces) theirs.back().push_back(NsLink(f.proc, other, ns));
+  }
+  std::vector<std::string> ours;
+  for (const char* ns : kNamespaces) ours.push_back(NsLink(f.proc, 0, ns));
   for (pid_t pid : {f.init_pid, f.worker_pid}) {
     const std::string dir = f.proc + "/" + std::to_string(pid);
     const std::string st = "\n" + ReadSmallFile(dir + "/status");
@@ -94,10 +107,11 @@ Status VerifySandbox(const SandboxFacts& f) {
         return MakeError(Code::kInternal, "no cgroup line for pid " + std::to_string(pid));
     }
     // Its own namespaces: none shared with us or with the others named.
-    for (const char* ns : {"user", "mnt", "pid", "net", "ipc", "uts", "cgroup"}) {
+    for (size_t i = 0; i < std::size(kNamespaces); ++i) {
+      const char* ns = kNamespaces[i];
       const std::string mine = NsLink(f.proc, pid, ns);
-      bool shared = mine.empty() || mine == NsLink(f.proc, 0, ns);
-      for (pid_t other : f.not_shared_with) shared = shared || mine == NsLink(f.proc, other, ns);
+      bool shared = mine.empty() || mine == ours[i];
+      for (const auto& other : theirs) shared = shared || mine == other[i];
       if (shared) {
         return MakeError(Code::kInternal,
                          "pid " + std::to_string(pid) + " shares its " + ns + " namespace");

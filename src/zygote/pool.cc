@@ -67,8 +67,6 @@ struct Pool::Pending {
   double attach_request_ms = 0, attached_ms = 0, worker_ms = 0, attach_ms = 0;
 };
 
-std::string Pool::StderrTail(const Pending& p) { return p.err ? StderrTailOf(p.err.get()) : ""; }
-
 Pool::Pool(const supervisor::HostContext& host, PoolOptions options)
     : host_(host), options_(std::move(options)) {}
 
@@ -411,7 +409,8 @@ void Pool::Step(int timeout_ms) {
             promote.push_back(i);
           } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
             pending_[i]->broken = true;
-            pending_[i]->why = "the worker ended before its hello" + StderrTail(*pending_[i]);
+            pending_[i]->why = "the worker ended before its hello" +
+                               (pending_[i]->err ? StderrTailOf(pending_[i]->err.get()) : "");
           }
           break;
         }

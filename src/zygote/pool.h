@@ -110,7 +110,6 @@ class Pool final {
 
  private:
   struct Pending;
-  static std::string StderrTail(const Pending& p);
   struct InUse {
     UniqueFd init_pidfd;
     unsigned slot;

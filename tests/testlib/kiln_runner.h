@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "testlib/temp_dir.h"
+
 namespace kiln::testing {
 
 // How a subprocess ended, and what it printed.
@@ -152,19 +154,6 @@ std::vector<std::string> Lines(const std::string& text);
 
 // Every occurrence of `from` in `text` replaced by `to` (probe templates).
 std::string ReplaceAll(std::string text, const std::string& from, const std::string& to);
-
-// A fresh directory in the host's /tmp, removed with its contents at scope end.
-class TempDir final {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Writes `content` to `path` (a gtest failure if it cannot).
 void WriteFile(const std::string& path, const std::string& content);

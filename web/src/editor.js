@@ -42,6 +42,7 @@ export function createEditor(host, { doc = '', onRun }) {
         bracketMatching(),
         keymap.of([indentWithTab]),
         python(),
+        EditorView.lineWrapping,
         theme,
         EditorView.contentAttributes.of({ 'aria-label': 'Python code of the cell' }),
       ],

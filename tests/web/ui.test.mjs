@@ -337,6 +337,36 @@ describe('kiln web playground and console', () => {
     assert.deepEqual((await res.json()).sessions, []);
   });
 
+  it('explains a memory kill: the sandbox is gone and so is the session', async () => {
+    await page.select('#profile', 'default');
+    await page.click('#start');
+    await page.waitForFunction(() => /session [0-9a-f]{8}/.test(document.getElementById('session-info').textContent), { timeout: 60000 });
+    const i = await runNewCell('x = bytearray(900 * 2**20)');
+    const r = await waitDone(i, 60000);
+    assert.equal(r.state, 'memory_limit', JSON.stringify(r));
+    assert.match(r.status, /^memory_limit · .* · session lost$/);
+    assert.match(r.explain, /^Over the memory limit \(out of memory: limit 512 MiB\): the sandbox was killed and the session is gone \(its variables are lost\): start a new session\.$/);
+    const info = await page.$eval('#session-info', (e) => e.textContent);
+    assert.match(info, /Session ended: the last cell ended it \(memory_limit: out of memory/);
+    assert.equal(await page.$eval('.cell:last-child .cell-run', (b) => b.disabled), true);
+    await shot(page, 'memory-kill');
+  });
+
+  it('explains a policy violation: refused, the session kept', async () => {
+    await page.select('#profile', 'strict');
+    await page.click('#start');
+    await page.waitForFunction(() => /· strict ·/.test(document.getElementById('session-info').textContent), { timeout: 60000 });
+    const i = await runNewCell('import os');
+    const r = await waitDone(i);
+    assert.equal(r.state, 'policy_violation', JSON.stringify(r));
+    assert.match(r.status, /session kept$/);
+    assert.match(r.explain, /^Refused by the profile's policy \(import of 'os' is forbidden by the import policy .*\); the session and its variables are kept\.$/);
+    assert.match(r.output, /ImportPolicyViolation/);
+    await shot(page, 'policy-violation');
+    await page.click('#delete');
+    await page.waitForFunction(() => /no session/.test(document.getElementById('session-info').textContent), { timeout: 10000 });
+  });
+
   it('shows the operator console under load, without the admin panels this server lacks', async () => {
     playgroundViolations = await violations();
     await page.goto(`${server.url}/console`, { waitUntil: 'load' });

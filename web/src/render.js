@@ -154,9 +154,9 @@ export function explainResult(r) {
       return state === 'lost'
         ? `Timed out and did not stop when interrupted: ${lost}.`
         : `Timed out: the cell was interrupted; ${kept}.`;
-    case 'memory_limit': return `Out of memory${reason}: ${tail || lost}.`;
-    case 'cpu_limit': return `Over its CPU-time limit${reason}: ${tail || lost}.`;
-    case 'output_limit': return `Too much output${reason}: ${tail || lost}.`;
+    case 'memory_limit': return `Over the memory limit${reason}: ${tail || lost}.`;
+    case 'cpu_limit': return `Over the CPU-time limit${reason}: ${tail || lost}.`;
+    case 'output_limit': return `Over the output limit${reason}: ${tail || lost}.`;
     case 'policy_violation': return `Refused by the profile's policy${reason}${tail ? `; ${tail}` : ''}.`;
     case 'signaled': return `Killed by a signal${reason}${tail ? `; ${tail}` : ''}.`;
     case 'cancelled': return `Cancelled${reason}.`;

@@ -21,4 +21,4 @@ cd "$dir" || exit 1
 node check.mjs || exit $?
 rm -rf "$artifacts"
 mkdir -p "$artifacts"
-KILN_WEB_ARTIFACTS=$artifacts exec node --test --test-concurrency=1 --test-reporter=spec ui.test.mjs
+KILN_WEB_ARTIFACTS=$artifacts exec node --test --test-reporter=spec ui.test.mjs

@@ -12,6 +12,12 @@ export function storeKey(key) {
   else sessionStorage.removeItem(KEY_ITEM);
 }
 
+// How the pages name a key: its id (kiln_<id>_...), never its secret.
+export function keyLabel(key) {
+  const m = /^(kiln_[0-9a-f]{12})_/.exec(key);
+  return m ? `key ${m[1]}` : 'key';
+}
+
 // An error the API answered ({"error": {code, message, field}}), or a network
 // failure (status 0).
 export class ApiError extends Error {

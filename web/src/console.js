@@ -8,7 +8,7 @@ import './style.css';
 
 import uPlot from 'uplot';
 
-import { ApiError, call, el, formatMs, storeKey, storedKey } from './api.js';
+import { ApiError, call, el, keyLabel, formatMs, storeKey, storedKey } from './api.js';
 
 const $ = (id) => document.getElementById(id);
 const POLL_MS = 1000;
@@ -315,7 +315,7 @@ async function connect(key) {
   await call(key, 'GET', '/v1/stats');
   state.key = key;
   storeKey(key);
-  $('key-state').textContent = `key ${key.slice(0, 17)}… accepted`;
+  $('key-state').textContent = `${keyLabel(key)} accepted`;
   $('key-form').classList.add('connected');
   $('dashboard').hidden = false;
   if (!state.charts.rate) initCharts();

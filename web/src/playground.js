@@ -2,7 +2,7 @@
 // the session's files. Only the public API (docs/api.md) is used.
 import './style.css';
 
-import { ApiError, call, el, encodePath, formatBytes, formatMs, storeKey, storedKey, stream } from './api.js';
+import { ApiError, call, el, keyLabel, encodePath, formatBytes, formatMs, storeKey, storedKey, stream } from './api.js';
 import { createEditor } from './editor.js';
 import { OutputArea, explainResult } from './render.js';
 
@@ -46,7 +46,7 @@ async function connect(key) {
       `${limits.memory_bytes ? ` · ${formatBytes(limits.memory_bytes)}` : ''}`;
     select.append(el('option', { value: p.name, selected: p.name === profiles.default }, label));
   }
-  $('key-state').textContent = `key ${key.slice(0, 17)}… accepted`;
+  $('key-state').textContent = `${keyLabel(key)} accepted`;
   $('key-form').classList.add('connected');
   $('session-bar').hidden = false;
   updateControls();

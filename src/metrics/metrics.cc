@@ -7,7 +7,9 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
 #include <cmath>
+#include <deque>
 #include <exception>
 #include <map>
 #include <mutex>
@@ -148,6 +150,10 @@ struct Metrics::Impl {
   std::map<std::string, prometheus::Histogram*> histograms;
   std::map<std::string, prometheus::Counter*> rejection_counters;
   std::map<std::pair<std::string, std::string>, prometheus::Counter*> http_counters;
+  // For Snap(): totals by status and by reason, and the recent wall times.
+  std::map<std::string, uint64_t> status_totals;
+  std::map<std::string, uint64_t> rejection_totals;
+  std::deque<std::pair<std::chrono::steady_clock::time_point, double>> recent;
 };
 
 Metrics::Metrics() : impl_(std::make_unique<Impl>()) {}
@@ -176,10 +182,36 @@ void Metrics::RecordExecution(std::string_view status, std::string_view profile,
                 .first;
       }
       histogram = h->second;
+      ++impl_->status_totals[s];
+      impl_->recent.emplace_back(std::chrono::steady_clock::now(), seconds);
+      while (impl_->recent.size() > kRecentCap) impl_->recent.pop_front();
     }
     counter->Increment();
     histogram->Observe(seconds);
   });
+}
+
+Metrics::Snapshot Metrics::Snap(std::chrono::seconds window) const {
+  Snapshot out;
+  const auto since = std::chrono::steady_clock::now() - window;
+  std::lock_guard lock(impl_->mu);
+  while (!impl_->recent.empty() && impl_->recent.front().first < since) impl_->recent.pop_front();
+  out.executions = impl_->status_totals;
+  out.rejections = impl_->rejection_totals;
+  out.recent_seconds.reserve(impl_->recent.size());
+  for (const auto& [at, seconds] : impl_->recent) out.recent_seconds.push_back(seconds);
+  return out;
+}
+
+double Metrics::Quantile(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  q = std::clamp(q, 0.0, 1.0);
+  // Nearest rank: the smallest value with at least q of the values at or below it.
+  size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(values.size())));
+  rank = std::clamp<size_t>(rank, 1, values.size());
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(rank - 1),
+                   values.end());
+  return values[rank - 1];
 }
 
 void Metrics::SetActive(int64_t n) { impl_->active.Set(static_cast<double>(n)); }
@@ -193,6 +225,7 @@ void Metrics::RecordRejection(std::string_view reason) {
     {
       std::lock_guard lock(impl_->mu);
       std::string r = impl_->reason_values.Value(reason);
+      ++impl_->rejection_totals[r];
       auto it = impl_->rejection_counters.find(r);
       if (it == impl_->rejection_counters.end()) {
         it = impl_->rejection_counters.emplace(r, &impl_->rejections.Add({{"reason", r}})).first;

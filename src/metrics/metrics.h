@@ -30,7 +30,9 @@
 // are caught here (P7) and logged.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -74,6 +76,20 @@ class Metrics final {
     double refill_seconds_total = 0;
   };
   void SetPool(const std::vector<PoolProfile>& profiles);
+
+  // What GET /v1/stats shows (the operator console's charts): the executions
+  // so far by status (all profiles), the rejections so far by reason, and the
+  // wall times of the executions that ended within `window` (oldest first; at
+  // most kRecentCap of them). Counts restart with the server.
+  struct Snapshot {
+    std::map<std::string, uint64_t> executions;
+    std::map<std::string, uint64_t> rejections;
+    std::vector<double> recent_seconds;
+  };
+  static constexpr size_t kRecentCap = 10000;
+  Snapshot Snap(std::chrono::seconds window) const;
+  // The nearest-rank q-quantile (0 < q <= 1) of `values`; 0 when empty.
+  static double Quantile(std::vector<double> values, double q);
 
   // Prometheus text exposition format 0.0.4; serve with
   // "Content-Type: text/plain; version=0.0.4; charset=utf-8".

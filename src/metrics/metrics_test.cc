@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <map>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -192,6 +194,47 @@ TEST(Metrics, ConcurrentRecordingLosesNothing) {
   EXPECT_TRUE(HasLine(text, "kiln_executions_total{profile=\"odd\",status=\"ok\"} 4000")) << text;
   EXPECT_TRUE(HasLine(text, "kiln_execution_duration_seconds_count{profile=\"odd\"} 4000")) << text;
   EXPECT_TRUE(HasLine(text, "kiln_rejections_total{reason=\"rate\"} 8000")) << text;
+}
+
+// GET /v1/stats: totals by status (all profiles) and by reason, and the
+// recent wall times in the order they ended.
+TEST(Metrics, SnapshotHasTotalsAndRecentDurations) {
+  Metrics m;
+  Metrics::Snapshot empty = m.Snap(std::chrono::seconds(60));
+  EXPECT_TRUE(empty.executions.empty());
+  EXPECT_TRUE(empty.recent_seconds.empty());
+  m.RecordExecution("ok", "default", 0.5);
+  m.RecordExecution("ok", "strict", 0.25);
+  m.RecordExecution("error", "default", 2);
+  m.RecordRejection("queue_full");
+  m.RecordRejection("queue_full");
+  Metrics::Snapshot s = m.Snap(std::chrono::seconds(60));
+  EXPECT_EQ(s.executions, (std::map<std::string, uint64_t>{{"error", 1}, {"ok", 2}}));
+  EXPECT_EQ(s.rejections, (std::map<std::string, uint64_t>{{"queue_full", 2}}));
+  EXPECT_EQ(s.recent_seconds, (std::vector<double>{0.5, 0.25, 2}));
+  // A zero window keeps the totals and drops the durations.
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  Metrics::Snapshot later = m.Snap(std::chrono::seconds(0));
+  EXPECT_EQ(later.executions.at("ok"), 2u);
+  EXPECT_TRUE(later.recent_seconds.empty());
+}
+
+TEST(Metrics, RecentDurationsAreCapped) {
+  Metrics m;
+  for (size_t i = 0; i < Metrics::kRecentCap + 10; ++i) m.RecordExecution("ok", "default", 1);
+  EXPECT_EQ(m.Snap(std::chrono::seconds(60)).recent_seconds.size(), Metrics::kRecentCap);
+}
+
+TEST(Metrics, QuantileIsTheNearestRank) {
+  EXPECT_EQ(Metrics::Quantile({}, 0.5), 0);
+  EXPECT_EQ(Metrics::Quantile({7}, 0.99), 7);
+  std::vector<double> v;
+  for (int i = 100; i >= 1; --i) v.push_back(i);  // 1..100, unsorted
+  EXPECT_EQ(Metrics::Quantile(v, 0.5), 50);
+  EXPECT_EQ(Metrics::Quantile(v, 0.9), 90);
+  EXPECT_EQ(Metrics::Quantile(v, 0.99), 99);
+  EXPECT_EQ(Metrics::Quantile(v, 1.0), 100);
+  EXPECT_EQ(Metrics::Quantile({1, 2, 3}, 0.5), 2);
 }
 
 }  // namespace

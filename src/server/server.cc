@@ -18,6 +18,7 @@
 #include "mcp/http_transport.h"
 #include "mcp/local_backend.h"
 #include "server/request.h"
+#include "web/assets.h"
 
 namespace kiln::server {
 namespace {
@@ -110,6 +111,8 @@ const std::vector<std::string>& Routes() {
                                                    "GET /metrics",
                                                    "GET /openapi.json",
                                                    "POST /v1/execute",
+                                                   "GET /v1/stats",
+                                                   "GET /v1/profiles",
                                                    "POST /execute",
                                                    "POST /v1/sessions",
                                                    "GET /v1/sessions",
@@ -543,7 +546,13 @@ struct HttpServer::Impl {
       return Access::kOpen;
     }
     if (route == "POST /execute") return Access::kReference;
-    if (route == "POST /v1/execute" || target == "/mcp") return Access::kKey;
+    if (route == "POST /v1/execute" || route == "GET /v1/stats" || route == "GET /v1/profiles" ||
+        target == "/mcp") {
+      return Access::kKey;
+    }
+    // The web pages (docs/adr/0016): open, like /openapi.json; they hold no
+    // data, and every call they make carries the key the person typed.
+    if (IsWebPath(target)) return method == "GET" ? Access::kOpen : Access::kMethodNotAllowed;
     const bool known_path = KnownPath(match.pattern);
     // Sessions answer 405 themselves, after the key (their ids are secret).
     if (known_path && match.pattern.rfind("/v1/sessions", 0) == 0) return Access::kKey;
@@ -644,7 +653,7 @@ struct HttpServer::Impl {
     if (route == "GET /healthz") {
       res = Json(http::status::ok, {{"status", "ok"}}, req.version(), true);
     } else if (route == "GET /readyz") {
-      const bool ready = deps.readiness.value("ready", false) && deps.spawner->Alive() && !stopping;
+      const bool ready = Ready();
       nlohmann::json body = deps.readiness;
       body["ready"] = ready;
       if (!deps.spawner->Alive()) body["spawner"] = "dead";
@@ -671,12 +680,18 @@ struct HttpServer::Impl {
       res.set(http::field::content_type, "application/json");
       res.body() = std::string(OpenApiText());
       res.prepare_payload();
+    } else if (method == "GET" && IsWebPath(target)) {
+      res = WebPage(req, target);
     } else if (!key) {
       // Admit refuses every other route without a key; never reached.
       res = Json(http::status::internal_server_error, V1ErrorBody("internal", "no key checked"),
                  req.version(), false);
     } else if (route == "POST /v1/execute") {
       res = ExecuteV1(req, *key, peer, socket);
+    } else if (route == "GET /v1/stats") {
+      res = Json(http::status::ok, Stats(), req.version(), true);
+    } else if (route == "GET /v1/profiles") {
+      res = Json(http::status::ok, Profiles(), req.version(), true);
     } else if (match.pattern.rfind("/v1/sessions", 0) == 0) {
       res = SessionRoute(req, *key, peer, socket, pattern_route, match);
     } else if (route == "POST /execute") {
@@ -690,6 +705,127 @@ struct HttpServer::Impl {
     return res;
   }
 
+  bool Ready() const {
+    return deps.readiness.value("ready", false) && deps.spawner->Alive() && !stopping;
+  }
+
+  // GET /v1/stats: the operator console's numbers (docs/api.md). The same
+  // server-wide figures /metrics already shows anyone, as JSON, plus latency
+  // percentiles over the last minute.
+  nlohmann::json Stats() {
+    constexpr auto kWindow = std::chrono::seconds(60);
+    const metrics::Metrics::Snapshot snap = deps.metrics->Snap(kWindow);
+    nlohmann::json latency = {{"window_s", kWindow.count()},
+                              {"count", snap.recent_seconds.size()},
+                              {"p50", nullptr},
+                              {"p90", nullptr},
+                              {"p99", nullptr},
+                              {"max", nullptr}};
+    if (!snap.recent_seconds.empty()) {
+      latency["p50"] = metrics::Metrics::Quantile(snap.recent_seconds, 0.5) * 1e3;
+      latency["p90"] = metrics::Metrics::Quantile(snap.recent_seconds, 0.9) * 1e3;
+      latency["p99"] = metrics::Metrics::Quantile(snap.recent_seconds, 0.99) * 1e3;
+      latency["max"] = metrics::Metrics::Quantile(snap.recent_seconds, 1.0) * 1e3;
+    }
+    auto pool = deps.spawner->PoolStatus();
+    return {
+        {"time_ms", std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count()},
+        {"ready", Ready()},
+        {"executions", snap.executions},
+        {"rejections", snap.rejections},
+        {"latency_ms", latency},
+        {"active", deps.admission->active()},
+        {"queued", deps.admission->queued()},
+        {"concurrency", deps.admission->limit()},
+        {"queue", deps.config->server.queue},
+        {"sessions_live", deps.sessions != nullptr
+                              ? nlohmann::json(static_cast<int64_t>(deps.sessions->live()))
+                              : nlohmann::json(nullptr)},
+        {"pool", pool.ok() ? *pool : nlohmann::json{{"error", pool.error().message}}},
+    };
+  }
+
+  // GET /v1/profiles: the profiles a request may name, with their default and
+  // maximum limits (docs/api.md).
+  nlohmann::json Profiles() const {
+    auto limits = [](const config::LimitSpec& l) {
+      nlohmann::json j = nlohmann::json::object();
+      if (l.timeout_s) j["timeout_s"] = *l.timeout_s;
+      if (l.cpu_time_s) j["cpu_time_s"] = *l.cpu_time_s;
+      if (l.memory_bytes) j["memory_bytes"] = *l.memory_bytes;
+      if (l.cpus) j["cpus"] = *l.cpus;
+      if (l.pids) j["pids"] = *l.pids;
+      if (l.output_bytes) j["output_bytes"] = *l.output_bytes;
+      if (l.disk_bytes) j["disk_bytes"] = *l.disk_bytes;
+      return j;
+    };
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& [name, p] : deps.config->profiles) {
+      list.push_back({{"name", name},
+                      {"preload", p.preload},
+                      {"pool", p.pool && deps.config->pool.enabled},
+                      {"defaults", limits(p.defaults)},
+                      {"max", limits(p.max)}});
+    }
+    return {{"default", deps.config->server.default_profile}, {"profiles", list}};
+  }
+
+  // "/", "/console" and "/ui/...": the web pages' paths (served or not).
+  static bool IsWebPath(const std::string& target) {
+    return target == "/" || target == "/console" || target.rfind("/ui/", 0) == 0;
+  }
+
+  // A web page or asset (src/web): strict CSP, no sniffing, no referrer; the
+  // hashed assets cached for good, the pages revalidated (ETag).
+  Response WebPage(const Request& req, const std::string& target) {
+    const unsigned v = req.version();
+    auto secure = [](Response& r) {
+      r.set("Content-Security-Policy", std::string(web::kContentSecurityPolicy));
+      r.set("X-Content-Type-Options", "nosniff");
+      r.set("Referrer-Policy", "no-referrer");
+      r.set("X-Frame-Options", "DENY");
+      r.set("Cross-Origin-Opener-Policy", "same-origin");
+      r.set("Cross-Origin-Resource-Policy", "same-origin");
+    };
+    const web::Asset* asset = web::Find(target);
+    if (asset == nullptr) {
+      const std::string_view reason = web::UnavailableReason();
+      if (reason.empty() || target.rfind("/ui/", 0) == 0) {
+        return Json(http::status::not_found, V1ErrorBody("not_found", "no route " + target), v,
+                    true);
+      }
+      // Built without the pages: say why, as text (never HTML: no markup to escape).
+      Response res{http::status::service_unavailable, v};
+      res.set(http::field::content_type, "text/plain; charset=utf-8");
+      res.set(http::field::cache_control, "no-store");
+      secure(res);
+      res.keep_alive(true);
+      res.body() = "kiln: " + std::string(reason) +
+                   "\nThe HTTP API works as usual: docs/api.md, /openapi.json.\n";
+      res.prepare_payload();
+      return res;
+    }
+    Response res{http::status::ok, v};
+    secure(res);
+    res.set(http::field::etag, std::string(asset->etag));
+    res.set(http::field::cache_control,
+            asset->immutable ? "public, max-age=31536000, immutable" : "no-cache");
+    res.keep_alive(true);
+    const auto match = req.find(http::field::if_none_match);
+    if (match != req.end() &&
+        match->value().find(std::string(asset->etag)) != beast::string_view::npos) {
+      res.result(http::status::not_modified);
+      res.prepare_payload();
+      return res;
+    }
+    res.set(http::field::content_type, std::string(asset->content_type));
+    res.body() = std::string(asset->body);
+    res.prepare_payload();
+    return res;
+  }
+
   // Metrics and one log line per request. Never the code or its output (P14).
   void LogRequest(const Request& req, const Response& res, Clock::time_point started,
                   const std::string& peer) {
@@ -698,7 +834,9 @@ struct HttpServer::Impl {
     const RouteMatch match = MatchPath(target);
     const bool known_path = KnownPath(match.pattern);
     const int code = static_cast<int>(res.result_int());
-    deps.metrics->RecordHttp(known_path ? match.pattern : "other", code);
+    std::string label = known_path ? match.pattern : "other";
+    if (IsWebPath(target)) label = target.rfind("/ui/", 0) == 0 ? "/ui/{asset}" : target;
+    deps.metrics->RecordHttp(label, code);
     KILN_LOG_INFO("request id={} peer={} method={} path={} tenant={} status={} duration_ms={:.1f}",
                   request_id, peer, std::string(req.method_string()), target, request_tenant, code,
                   std::chrono::duration<double, std::milli>(Clock::now() - started).count());

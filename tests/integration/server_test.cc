@@ -749,6 +749,97 @@ TEST_F(Server, WrongMethodIs405) {
   ExpectV1Error(srv().Call("POST", "/healthz", {}, "{}"), 405, nullptr);
 }
 
+// GET /v1/stats: the operator console's numbers (docs/api.md), with a key.
+TEST_F(Server, StatsShowExecutionsLatencyAndAdmission) {
+  ExpectV1Error(srv().Get("/v1/stats"), 401, nullptr, "unauthenticated");
+  ExpectV1Error(srv().Call("POST", "/v1/stats", {{"Authorization", "Bearer " + key()}}, "{}"), 405,
+                nullptr);
+  const HttpResponse ok = srv().Execute(key(), {{"code", "print(1)"}});
+  ASSERT_EQ(ok.status, 200) << ok.Describe();
+  const HttpResponse err = srv().Execute(key(), {{"code", "1/0"}});
+  ASSERT_EQ(err.status, 200) << err.Describe();
+  const HttpResponse r = srv().Call("GET", "/v1/stats", {{"Authorization", "Bearer " + key()}});
+  ASSERT_EQ(r.status, 200) << r.Describe();
+  const json j = Parse(r);
+  EXPECT_GE(j["executions"].value("ok", 0), 1) << j.dump();
+  EXPECT_GE(j["executions"].value("error", 0), 1) << j.dump();
+  EXPECT_TRUE(j["rejections"].is_object()) << j.dump();
+  const json& lat = j["latency_ms"];
+  EXPECT_EQ(lat.value("window_s", 0), 60);
+  ASSERT_GE(lat.value("count", 0), 2) << j.dump();
+  EXPECT_GT(lat["p50"].get<double>(), 0) << j.dump();
+  EXPECT_LE(lat["p50"].get<double>(), lat["p90"].get<double>()) << j.dump();
+  EXPECT_LE(lat["p90"].get<double>(), lat["p99"].get<double>()) << j.dump();
+  EXPECT_LE(lat["p99"].get<double>(), lat["max"].get<double>()) << j.dump();
+  // The shared server's [server]: concurrency 1, queue 1; nothing runs now.
+  EXPECT_EQ(j.value("concurrency", 0), 1);
+  EXPECT_EQ(j.value("queue", 0), 1);
+  EXPECT_EQ(j.value("active", -1), 0);
+  EXPECT_EQ(j.value("queued", -1), 0);
+  EXPECT_TRUE(j["sessions_live"].is_number_integer()) << j.dump();
+  EXPECT_TRUE(j["pool"].is_object()) << j.dump();
+  EXPECT_TRUE(j["ready"].is_boolean()) << j.dump();
+  EXPECT_GT(j.value("time_ms", int64_t{0}), int64_t{1700000000000});
+}
+
+// GET /v1/profiles: the configured profiles with their limits.
+TEST_F(Server, ProfilesListTheConfiguredOnes) {
+  ExpectV1Error(srv().Get("/v1/profiles"), 401, nullptr, "unauthenticated");
+  const HttpResponse r = srv().Call("GET", "/v1/profiles", {{"X-API-Key", key()}});
+  ASSERT_EQ(r.status, 200) << r.Describe();
+  const json j = Parse(r);
+  EXPECT_EQ(j.value("default", ""), "default");
+  std::map<std::string, json> by_name;
+  for (const auto& p : j["profiles"]) by_name[p.value("name", "")] = p;
+  ASSERT_EQ(by_name.size(), 2u) << j.dump();
+  ASSERT_TRUE(by_name.count("default") && by_name.count("tiny")) << j.dump();
+  EXPECT_EQ(by_name["default"]["defaults"].value("memory_bytes", uint64_t{0}), 256ULL << 20);
+  EXPECT_EQ(by_name["default"]["max"].value("timeout_s", 0.0), 300.0);
+  EXPECT_EQ(by_name["tiny"]["defaults"].value("timeout_s", 0.0), 1.0);
+  EXPECT_TRUE(by_name["tiny"]["preload"].is_array());
+  EXPECT_TRUE(by_name["tiny"]["pool"].is_boolean());
+}
+
+// The web pages (docs/adr/0016): open, GET only, a strict CSP on every one;
+// or, from a build that had no npm registry, 503 with the reason.
+TEST_F(Server, WebPagesAreOpenWithAStrictPolicy) {
+  const HttpResponse page = srv().Get("/");
+  ASSERT_TRUE(page.status == 200 || page.status == 503) << page.Describe();
+  const std::string csp = page.Header("Content-Security-Policy").value_or("");
+  EXPECT_NE(csp.find("default-src 'none'"), std::string::npos) << csp;
+  EXPECT_NE(csp.find("script-src 'self';"), std::string::npos) << csp;
+  EXPECT_EQ(csp.find("unsafe-inline"), std::string::npos) << csp;
+  EXPECT_NE(csp.find("frame-ancestors 'none'"), std::string::npos) << csp;
+  EXPECT_EQ(page.Header("X-Content-Type-Options").value_or(""), "nosniff");
+  EXPECT_EQ(page.Header("Referrer-Policy").value_or(""), "no-referrer");
+  if (page.status == 503) {
+    EXPECT_EQ(page.Header("Content-Type").value_or(""), "text/plain; charset=utf-8");
+    EXPECT_NE(page.body.find("the web pages were not built"), std::string::npos) << page.body;
+  } else {
+    EXPECT_EQ(page.Header("Content-Type").value_or(""), "text/html; charset=utf-8");
+    EXPECT_EQ(page.Header("Cache-Control").value_or(""), "no-cache");
+    const std::string etag = page.Header("ETag").value_or("");
+    ASSERT_FALSE(etag.empty());
+    const HttpResponse again = srv().Call("GET", "/", {{"If-None-Match", etag}});
+    EXPECT_EQ(again.status, 304) << again.Describe();
+    EXPECT_TRUE(again.body.empty());
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(page.body, m, std::regex("/ui/playground-[A-Z0-9]+\\.js")))
+        << page.body;
+    const HttpResponse js = srv().Get(m.str());
+    EXPECT_EQ(js.status, 200) << js.Describe();
+    EXPECT_EQ(js.Header("Content-Type").value_or(""), "text/javascript; charset=utf-8");
+    EXPECT_EQ(js.Header("Cache-Control").value_or(""), "public, max-age=31536000, immutable");
+    const HttpResponse console = srv().Get("/console");
+    EXPECT_EQ(console.status, 200) << console.Describe();
+    EXPECT_NE(console.body.find("operator console"), std::string::npos);
+  }
+  ExpectV1Error(srv().Get("/ui/nothing.js"), 404, nullptr, "not_found");
+  ExpectV1Error(srv().Call("POST", "/", {}, "{}"), 405, nullptr);
+  ExpectV1Error(srv().Call("DELETE", "/console", {}), 405, nullptr);
+  ExpectV1Error(srv().Get("/consoles"), 404, nullptr);
+}
+
 // --- Admission: tenant rate and global overload ------------------------------------
 
 TEST_F(Server, TenantOverItsRateIs429WithRetryAfter) {

@@ -39,6 +39,35 @@ struct IoSpec {
   std::optional<uint64_t> write_iops;
 };
 
+// Output audit (docs/adr/0015-output-audit-and-security-events.md): what the
+// server does with a detector's match in what a sandbox sends back.
+enum class AuditAction { kFlag, kRedact, kBlock };
+std::string_view ToString(AuditAction a);  // "flag", "redact", "block"
+
+// One detector: an RE2 pattern (bytes, Latin-1: `.` is any byte) and the
+// longest text it can match, which bounds how much streamed output may be held
+// back while a match could still be forming.
+struct OutputDetector {
+  std::string name;
+  std::string regex;
+  uint64_t max_length = 1024;
+  AuditAction action = AuditAction::kRedact;
+};
+
+// [profiles.NAME.output_audit], resolved: the built-ins it names, then its own
+// patterns, each with its action. No table: kDefaultDetectors, redacted.
+struct OutputAuditSpec {
+  bool enabled = true;
+  std::vector<OutputDetector> detectors;
+};
+
+// The built-in detectors (name, pattern, max_length; action redact).
+const std::vector<OutputDetector>& BuiltinDetectors();
+// The ones every profile has when it says nothing: the server's own API keys
+// (kiln_<id>_<secret>) and PEM private keys.
+inline constexpr std::string_view kDefaultDetectors[] = {"kiln_api_key", "pem_private_key"};
+OutputAuditSpec DefaultOutputAudit();
+
 struct Profile {
   std::string name;
   std::string interpreter = "/usr/bin/python3";
@@ -51,6 +80,7 @@ struct Profile {
   LimitSpec max;
   IoSpec io;
   bool pool = true;  // `pool = false`: the server never uses a zygote for it
+  OutputAuditSpec output_audit = DefaultOutputAudit();
 };
 
 // Per-tenant admission limits ([tenants.NAME]; [tenants.default] applies to

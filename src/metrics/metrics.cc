@@ -118,7 +118,12 @@ struct Metrics::Impl {
         pool_zygote_starts(prometheus::BuildCounter()
                                .Name("kiln_pool_zygote_starts_total")
                                .Help("Zygote (fork server) starts.")
-                               .Register(*registry)) {}
+                               .Register(*registry)),
+        output_hits(prometheus::BuildCounter()
+                        .Name("kiln_output_audit_hits_total")
+                        .Help("Output audit matches in what sandboxes sent back, by detector and "
+                              "action (flag, redact, block).")
+                        .Register(*registry)) {}
 
   std::shared_ptr<prometheus::Registry> registry;
   prometheus::Family<prometheus::Counter>& executions;
@@ -135,6 +140,7 @@ struct Metrics::Impl {
   prometheus::Family<prometheus::Counter>& pool_refill_seconds;
   prometheus::Family<prometheus::Counter>& pool_failures;
   prometheus::Family<prometheus::Counter>& pool_zygote_starts;
+  prometheus::Family<prometheus::Counter>& output_hits;
   // The spawner's last absolute counts, per (series, profile): SetPool adds
   // the difference (or the whole count after a restart).
   std::map<std::pair<std::string, std::string>, double> pool_seen;
@@ -143,7 +149,8 @@ struct Metrics::Impl {
   // it builds a new object (for a histogram, its buckets) on every call; caching the pointer
   // makes the hot path a map lookup plus an atomic add.
   std::mutex mu;
-  BoundedLabel status_values, profile_values, reason_values, route_values, code_values;
+  BoundedLabel status_values, profile_values, reason_values, route_values, code_values,
+      detector_values, action_values;
   std::map<std::pair<std::string, std::string>, prometheus::Counter*> execution_counters;
   std::map<std::string, prometheus::Histogram*> histograms;
   std::map<std::string, prometheus::Counter*> rejection_counters;
@@ -200,6 +207,15 @@ void Metrics::RecordRejection(std::string_view reason) {
       counter = it->second;
     }
     counter->Increment();
+  });
+}
+
+void Metrics::RecordOutputHit(std::string_view detector, std::string_view action, uint64_t count) {
+  Guarded("RecordOutputHit", [&] {
+    std::lock_guard lock(impl_->mu);
+    const std::string d = impl_->detector_values.Value(detector);
+    const std::string a = impl_->action_values.Value(action);
+    impl_->output_hits.Add({{"detector", d}, {"action", a}}).Increment(static_cast<double>(count));
   });
 }
 

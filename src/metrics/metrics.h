@@ -18,6 +18,7 @@
 //   kiln_pool_refill_seconds_total{profile}          counter: their fork-to-ready times, summed
 //   kiln_pool_failures_total{profile}                counter: sandboxes killed in setup or check
 //   kiln_pool_zygote_starts_total{profile}           counter
+//   kiln_output_audit_hits_total{detector,action}    counter: action flag | redact | block
 //
 // IMPORTANT: label values must come from small closed sets: `status` from
 // supervisor::ToString(Outcome), `profile` from the configured profile names, `reason` from the
@@ -60,6 +61,9 @@ class Metrics final {
   void SetSessions(int64_t n);
   // kiln_rejections_total{reason} += 1 (reason: admission::Rejection::reason).
   void RecordRejection(std::string_view reason);
+  // kiln_output_audit_hits_total{detector,action} += count (detector: a
+  // configured detector's name; action: config::ToString(AuditAction)).
+  void RecordOutputHit(std::string_view detector, std::string_view action, uint64_t count);
   // kiln_http_requests_total{route,code} += 1 (route: the matched route template).
   void RecordHttp(std::string_view route, int code);
 

@@ -72,6 +72,7 @@ constexpr HttpError kHttpErrors[] = {
     {"cancelled", http::status::bad_request},
     {"unauthenticated", http::status::unauthorized},
     {"permission_denied", http::status::forbidden},
+    {"output_blocked", http::status::forbidden},  // the output audit withheld a file
     {"not_found", http::status::not_found},
     {"already_exists", http::status::conflict},
     {"aborted", http::status::conflict},

@@ -290,7 +290,8 @@ Result<CellOutcome> SessionManager::Execute(const Caller& caller, const std::str
   job.session_id = s->id;
   job.code = code;
   job.hangup_fd = hangup_fd;
-  executions::CellRunner runner(s->channel.get(), code, timeout, on_event, hangup_fd);
+  job.on_event = on_event;
+  executions::CellRunner runner(s->channel.get(), code, timeout, hangup_fd);
   executions::Outcome ran = deps_.executions->Run(job, runner, &s->cancel);
   CellOutcome out;
   out.execution_id = ran.id;
@@ -380,10 +381,13 @@ Status SessionManager::PutFile(const Caller& caller, const std::string& id, cons
 Result<std::string> SessionManager::GetFile(const Caller& caller, const std::string& id,
                                             const std::string& path) {
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
-  return FileResult(WithOp(*s, [&]() -> Result<std::string> {
-    if (!s->channel) return MakeError(Code::kGone, "gone");
-    return s->channel->GetFile(path);
-  }));
+  KILN_ASSIGN_OR_RETURN(std::string bytes, FileResult(WithOp(*s, [&]() -> Result<std::string> {
+                          if (!s->channel) return MakeError(Code::kGone, "gone");
+                          return s->channel->GetFile(path);
+                        })));
+  // What leaves the sandbox passes the output audit (docs/adr/0015).
+  if (deps_.executions == nullptr) return bytes;
+  return deps_.executions->FilterDownload(caller, s->profile, s->id, path, std::move(bytes));
 }
 
 Result<nlohmann::json> SessionManager::ListFiles(const Caller& caller, const std::string& id) {

@@ -62,6 +62,23 @@ CREATE INDEX executions_tenant ON executions(tenant, started_ms);
 CREATE INDEX executions_session ON executions(session_id, started_ms);
 CREATE INDEX executions_running ON executions(status) WHERE status = 'running';
 )sql",
+    // 2: the output audit's hits (docs/adr/0015): never the matched text.
+    R"sql(
+CREATE TABLE output_hits (
+  at_ms        INTEGER NOT NULL,
+  execution_id TEXT,                 -- NULL: a file downloaded from a session
+  session_id   TEXT,
+  tenant       TEXT NOT NULL,
+  profile      TEXT NOT NULL,
+  detector     TEXT NOT NULL,
+  location     TEXT NOT NULL,
+  action       TEXT NOT NULL,
+  count        INTEGER NOT NULL
+) STRICT;
+CREATE INDEX output_hits_at ON output_hits(at_ms);
+CREATE INDEX output_hits_execution ON output_hits(execution_id);
+CREATE INDEX output_hits_tenant ON output_hits(tenant, at_ms);
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 
@@ -435,6 +452,19 @@ Result<int> Store::Prune(int64_t older_than_ms) {
     total += n;
     if (n < kPruneBatch) break;
   }
+  for (;;) {
+    std::lock_guard lock(mu_);
+    KILN_ASSIGN_OR_RETURN(
+        Statement d, Statement::Prepare(*db_, "prune output hits",
+                                        "DELETE FROM output_hits WHERE rowid IN (SELECT rowid FROM "
+                                        "output_hits WHERE at_ms < ? LIMIT ?)"));
+    d.BindInt(1, older_than_ms);
+    d.BindInt(2, kPruneBatch);
+    KILN_TRY(d.Run());
+    const auto n = static_cast<int>(db_->Changes());
+    total += n;
+    if (n < kPruneBatch) break;
+  }
   if (total > 0) {
     std::lock_guard lock(mu_);
     KILN_TRY(db_->Exec("incremental_vacuum", "PRAGMA incremental_vacuum"));
@@ -493,6 +523,73 @@ Result<std::vector<AuditRow>> Store::Query(const AuditQuery& query) {
     r.stderr_truncated = OptBool(q, 20);
     r.policy_violation = q.OptText(21);
     r.reason = q.OptText(22);
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+Status Store::RecordOutputHits(const std::vector<OutputHitRow>& hits) {
+  if (hits.empty()) return OkStatus();
+  std::lock_guard lock(mu_);
+  KILN_TRY(db_->Exec("begin output hits", "BEGIN IMMEDIATE"));
+  for (const auto& h : hits) {
+    auto insert = Statement::Prepare(
+        *db_, "insert output hit",
+        "INSERT INTO output_hits (at_ms, execution_id, session_id, tenant, profile, detector, "
+        "location, action, count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    Status st = insert.ok() ? OkStatus() : Status(insert.error());
+    if (st.ok()) {
+      insert->BindInt(1, h.at_ms);
+      insert->BindOptText(2, h.execution_id);
+      insert->BindOptText(3, h.session_id);
+      insert->BindText(4, h.tenant);
+      insert->BindText(5, h.profile);
+      insert->BindText(6, h.detector);
+      insert->BindText(7, h.location);
+      insert->BindText(8, h.action);
+      insert->BindInt(9, ToInt64(h.count));
+      st = insert->Run();
+    }
+    if (!st.ok()) {
+      (void)db_->Exec("rollback output hits", "ROLLBACK");
+      return st;
+    }
+  }
+  return db_->Exec("commit output hits", "COMMIT");
+}
+
+Result<std::vector<OutputHitRow>> Store::QueryOutputHits(const OutputHitQuery& query) {
+  if (query.limit < 1 || query.limit > kMaxQueryLimit) {
+    return InvalidArgument("output hits query: limit must be 1.." + std::to_string(kMaxQueryLimit));
+  }
+  std::string sql =
+      "SELECT at_ms, execution_id, session_id, tenant, profile, detector, location, action, "
+      "count FROM output_hits WHERE 1";
+  if (query.execution_id) sql += " AND execution_id = :execution";
+  if (query.tenant) sql += " AND tenant = :tenant";
+  if (query.since_ms) sql += " AND at_ms >= :since";
+  sql += " ORDER BY at_ms DESC, rowid DESC LIMIT :limit";
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(Statement q, Statement::Prepare(*db_, "query output hits", sql));
+  int i = 0;
+  if (query.execution_id) q.BindText(++i, *query.execution_id);
+  if (query.tenant) q.BindText(++i, *query.tenant);
+  if (query.since_ms) q.BindInt(++i, *query.since_ms);
+  q.BindInt(++i, query.limit);
+  std::vector<OutputHitRow> rows;
+  for (;;) {
+    KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
+    if (!row) break;
+    OutputHitRow r;
+    r.at_ms = q.Int(0);
+    r.execution_id = q.OptText(1);
+    r.session_id = q.OptText(2);
+    r.tenant = q.Text(3);
+    r.profile = q.Text(4);
+    r.detector = q.Text(5);
+    r.location = q.Text(6);
+    r.action = q.Text(7);
+    r.count = static_cast<uint64_t>(std::max<int64_t>(0, q.Int(8)));
     rows.push_back(std::move(r));
   }
   return rows;

@@ -41,7 +41,7 @@ inline constexpr int kDefaultRetentionDays = 30;
 inline constexpr int64_t kDayMs = 86'400'000;
 // The schema this build writes; Open migrates older databases to it and
 // refuses newer ones.
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;
 
 // Where kiln keeps its state when --data-dir is not given: /var/lib/kiln for
 // root, else $XDG_STATE_HOME/kiln (when set and absolute), else
@@ -140,6 +140,28 @@ struct AuditQuery {
   int limit = 100;                  // 1..1'000'000, else kInvalidArgument
 };
 
+// One hit of the output audit (docs/adr/0015): which detector matched where
+// in what an execution (or a session's file download) sent back. Never the
+// matched text.
+struct OutputHitRow {
+  int64_t at_ms = 0;
+  std::optional<std::string> execution_id;  // nullopt: a downloaded file
+  std::optional<std::string> session_id;
+  std::string tenant;
+  std::string profile;
+  std::string detector;
+  std::string location;  // "stdout", "outputs[0].text", "files/out.txt", ...
+  std::string action;    // "flag", "redact", "block"
+  uint64_t count = 0;
+};
+
+struct OutputHitQuery {
+  std::optional<std::string> execution_id;
+  std::optional<std::string> tenant;
+  std::optional<int64_t> since_ms;
+  int limit = 100;
+};
+
 class Store final {
  public:
   // Opens DATA_DIR/kiln.db, sets WAL mode and the busy timeout, and migrates
@@ -188,6 +210,11 @@ class Store final {
   // other callers are not blocked for long. Returns how many.
   Result<int> Prune(int64_t older_than_ms);
   Result<std::vector<AuditRow>> Query(const AuditQuery& query);
+
+  // --- Output audit hits (pruned with the executions, by at_ms).
+  Status RecordOutputHits(const std::vector<OutputHitRow>& hits);
+  // Newest first.
+  Result<std::vector<OutputHitRow>> QueryOutputHits(const OutputHitQuery& query);
 
  private:
   Store(std::string path, std::unique_ptr<Db> db, OpenOptions options);

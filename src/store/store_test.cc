@@ -605,6 +605,47 @@ TEST(StoreAudit, PruneDeletesOldFinishedRowsInBatches) {
   EXPECT_EQ(kDefaultRetentionDays, 30);
 }
 
+TEST(StoreOutputHits, RecordQueryAndPrune) {
+  TempDir tmp;
+  auto s = MustOpen(tmp.path());
+  ASSERT_NE(s, nullptr);
+  OutputHitRow a;
+  a.at_ms = 1000;
+  a.execution_id = "e1";
+  a.tenant = "acme";
+  a.profile = "default";
+  a.detector = "kiln_api_key";
+  a.location = "stdout";
+  a.action = "redact";
+  a.count = 2;
+  OutputHitRow b = a;
+  b.execution_id = std::nullopt;
+  b.session_id = "s1";
+  b.location = "files/x.txt";
+  b.at_ms = 2'000'000;
+  ASSERT_TRUE(s->RecordOutputHits({a, b}).ok());
+  auto all = s->QueryOutputHits({});
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].location, "files/x.txt");  // newest first
+  EXPECT_FALSE((*all)[0].execution_id.has_value());
+  EXPECT_EQ((*all)[0].session_id, "s1");
+  OutputHitQuery q;
+  q.execution_id = "e1";
+  auto one = s->QueryOutputHits(q);
+  ASSERT_TRUE(one.ok());
+  ASSERT_EQ(one->size(), 1u);
+  EXPECT_EQ((*one)[0].count, 2u);
+  EXPECT_EQ((*one)[0].detector, "kiln_api_key");
+  // Retention: pruned with the executions.
+  auto n = s->Prune(500'000);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 1);
+  auto rest = s->QueryOutputHits({});
+  ASSERT_TRUE(rest.ok());
+  EXPECT_EQ(rest->size(), 1u);
+}
+
 // --- Durability and concurrency.
 
 TEST(StoreDurability, RowsSurviveSigkillAndAreSeenByAnotherConnection) {

@@ -136,7 +136,10 @@ int DoServe(const ServeFlags& f) {
   if (!admission.ok()) return Fail(admission.error().ToString());
   metrics::Metrics metrics;
 
+  // Security events (docs/adr/0015): stored, counted, logged.
+  executions::SecurityEvents events(store->get(), &metrics);
   executions::Deps exec_deps;
+  exec_deps.events = &events;
   exec_deps.store = store->get();
   exec_deps.admission = admission->get();
   exec_deps.metrics = &metrics;
@@ -148,6 +151,7 @@ int DoServe(const ServeFlags& f) {
   session_manager.Start();
   server::Deps deps{&cfg,           store->get(), admission->get(), &metrics,
                     spawner->get(), &executions,  &session_manager, readiness};
+  deps.events = &events;
   auto server = server::HttpServer::Bind(cfg.server.listen, deps);
   if (!server.ok()) return Fail(server.error().ToString());
   (*server)->Start();

@@ -146,8 +146,10 @@ Result<const OutputFilter*> Service::FilterFor(const std::string& profile) const
 
 void Service::RecordHits(const Caller& caller, const std::string& profile,
                          const std::optional<std::string>& execution_id,
-                         const std::optional<std::string>& session_id, const HitSet& hits) {
+                         const std::optional<std::string>& session_id, const HitSet& hits,
+                         const std::string& key_id, const std::string& peer) {
   if (hits.empty()) return;
+  std::string summary;
   std::vector<store::OutputHitRow> rows;
   const int64_t now = store::NowMs();
   for (const OutputHit& h : hits.hits()) {
@@ -167,7 +169,22 @@ void Service::RecordHits(const Caller& caller, const std::string& profile,
                   execution_id ? "execution" : "session",
                   execution_id ? *execution_id : session_id.value_or("-"), caller.tenant,
                   r.detector, r.location, r.action, r.count);
+    if (summary.size() < 400) {
+      summary +=
+          (summary.empty() ? "" : ", ") + r.detector + " in " + r.location + " (" + r.action + ")";
+    }
     rows.push_back(std::move(r));
+  }
+  if (deps_.events != nullptr) {
+    SecurityEvent e;
+    e.kind = EventKind::kOutputAudit;
+    e.tenant = caller.tenant;
+    e.key_id = key_id;
+    e.execution_id = execution_id;
+    e.session_id = session_id;
+    e.client_addr = peer;
+    e.detail = "output audit: " + summary;
+    deps_.events->Record(e);
   }
   if (deps_.store != nullptr) {
     if (Status st = deps_.store->RecordOutputHits(rows); !st.ok()) {
@@ -183,7 +200,7 @@ Result<std::string> Service::FilterDownload(const Caller& caller, const std::str
   if (filter == nullptr || !filter->Matches(bytes)) return bytes;
   HitSet hits;
   std::string filtered = filter->Filter(bytes, "files/" + path, &hits);
-  RecordHits(caller, profile, std::nullopt, session_id, hits);
+  RecordHits(caller, profile, std::nullopt, session_id, hits, caller.key_id, caller.peer);
   if (hits.blocked()) {
     return WithApiCode(
         MakeError(Code::kPermissionDenied,
@@ -279,7 +296,8 @@ Outcome Service::Run(const Job& job, Runner& runner, spawner::CancelToken* cance
     if (*filter != nullptr) {
       HitSet hits;
       (*filter)->FilterResult(&response->result, &response->files, &hits);
-      RecordHits(job.caller, job.profile, out.id, job.session_id, hits);
+      RecordHits(job.caller, job.profile, out.id, job.session_id, hits, job.caller.key_id,
+                 job.caller.peer);
     }
     f = AuditFinishFromResult(out.id, store::NowMs(), response->result);
     if (deps_.metrics != nullptr)
@@ -291,6 +309,11 @@ Outcome Service::Run(const Job& job, Runner& runner, spawner::CancelToken* cance
     if (Status st = deps_.store->FinishExecution(f); !st.ok()) {
       KILN_LOG_ERROR("audit log: {}", st.error().ToString());
     }
+  }
+  // What the result shows of the program's behaviour (docs/adr/0015).
+  if (deps_.events != nullptr && out.response) {
+    deps_.events->FromResult(job.caller.tenant, job.caller.key_id, job.caller.peer, out.id,
+                             job.session_id, out.response->result);
   }
   if (job.session_id) {
     KILN_LOG_INFO("execution id={} session={} tenant={} profile={} status={} duration_ms={:.1f}",

@@ -40,6 +40,7 @@
 #include "base/result.h"
 #include "config/config.h"
 #include "executions/output_filter.h"
+#include "executions/security_events.h"
 #include "metrics/metrics.h"
 #include "spawner/spawner.h"
 #include "store/store.h"
@@ -89,6 +90,7 @@ struct Deps {
   store::Store* store = nullptr;                        // optional: no audit rows
   admission::AdmissionController* admission = nullptr;  // optional: not admitted
   metrics::Metrics* metrics = nullptr;                  // optional
+  SecurityEvents* events = nullptr;                     // optional: what results show
   bool store_code = true;                               // server.store_code
   // The profiles (their output audit; RunOneShot's limits). None: no filter.
   const config::Config* config = nullptr;
@@ -137,7 +139,8 @@ class Service final {
   Result<const OutputFilter*> FilterFor(const std::string& profile) const;
   void RecordHits(const Caller& caller, const std::string& profile,
                   const std::optional<std::string>& execution_id,
-                  const std::optional<std::string>& session_id, const HitSet& hits);
+                  const std::optional<std::string>& session_id, const HitSet& hits,
+                  const std::string& key_id, const std::string& peer);
 
   const Deps deps_;
   std::map<std::string, std::unique_ptr<const OutputFilter>> filters_;

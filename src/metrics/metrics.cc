@@ -123,7 +123,11 @@ struct Metrics::Impl {
                         .Name("kiln_output_audit_hits_total")
                         .Help("Output audit matches in what sandboxes sent back, by detector and "
                               "action (flag, redact, block).")
-                        .Register(*registry)) {}
+                        .Register(*registry)),
+        security_events(prometheus::BuildCounter()
+                            .Name("kiln_security_events_total")
+                            .Help("Security events (docs/api.md, \"Security events\"), by kind.")
+                            .Register(*registry)) {}
 
   std::shared_ptr<prometheus::Registry> registry;
   prometheus::Family<prometheus::Counter>& executions;
@@ -141,6 +145,7 @@ struct Metrics::Impl {
   prometheus::Family<prometheus::Counter>& pool_failures;
   prometheus::Family<prometheus::Counter>& pool_zygote_starts;
   prometheus::Family<prometheus::Counter>& output_hits;
+  prometheus::Family<prometheus::Counter>& security_events;
   // The spawner's last absolute counts, per (series, profile): SetPool adds
   // the difference (or the whole count after a restart).
   std::map<std::pair<std::string, std::string>, double> pool_seen;
@@ -150,7 +155,7 @@ struct Metrics::Impl {
   // makes the hot path a map lookup plus an atomic add.
   std::mutex mu;
   BoundedLabel status_values, profile_values, reason_values, route_values, code_values,
-      detector_values, action_values;
+      detector_values, action_values, kind_values;
   std::map<std::pair<std::string, std::string>, prometheus::Counter*> execution_counters;
   std::map<std::string, prometheus::Histogram*> histograms;
   std::map<std::string, prometheus::Counter*> rejection_counters;
@@ -216,6 +221,13 @@ void Metrics::RecordOutputHit(std::string_view detector, std::string_view action
     const std::string d = impl_->detector_values.Value(detector);
     const std::string a = impl_->action_values.Value(action);
     impl_->output_hits.Add({{"detector", d}, {"action", a}}).Increment(static_cast<double>(count));
+  });
+}
+
+void Metrics::RecordSecurityEvent(std::string_view kind) {
+  Guarded("RecordSecurityEvent", [&] {
+    std::lock_guard lock(impl_->mu);
+    impl_->security_events.Add({{"kind", impl_->kind_values.Value(kind)}}).Increment();
   });
 }
 

@@ -392,7 +392,7 @@ struct HttpServer::Impl {
       // Key, route and body size are checked before a byte of the body is
       // read: an unauthenticated or oversized upload costs no memory.
       const auto started = Clock::now();
-      Gate gate = Admit(parser.get());
+      Gate gate = Admit(parser.get(), peer);
       const auto length = parser.content_length();
       const bool has_body = parser.chunked() || (length && *length > 0);
       if (!gate.refusal && has_body && length && *length > gate.body_limit) {
@@ -473,7 +473,7 @@ struct HttpServer::Impl {
     uint64_t body_limit = 0;
   };
 
-  Gate Admit(const Request& head) {
+  Gate Admit(const Request& head, const std::string& peer) {
     Gate gate;
     gate.body_limit = deps.config->server.max_body_bytes;
     request_id = NewId().substr(0, 16);
@@ -501,6 +501,7 @@ struct HttpServer::Impl {
               Json(http::status::service_unavailable, {{"detail", auth.error().message}}, v, true);
           gate.refusal->set(http::field::retry_after, "5");
         } else if (!*auth) {
+          if (deps.events != nullptr) deps.events->AuthFailure(peer);
           gate.refusal = Json(http::status::unauthorized, {{"detail", "Invalid API Key"}}, v, true);
         } else {
           gate.key = **auth;
@@ -514,6 +515,7 @@ struct HttpServer::Impl {
                               V1ErrorBody("unavailable", auth.error().message), v, true);
           gate.refusal->set(http::field::retry_after, "5");
         } else if (!*auth) {
+          if (deps.events != nullptr) deps.events->AuthFailure(peer);
           gate.refusal = Json(http::status::unauthorized,
                               V1ErrorBody("unauthenticated",
                                           "a valid API key is required (Authorization: "

@@ -43,6 +43,7 @@ struct Deps {
   executions::Service* executions;  // one-shot executions (and their drain)
   sessions::SessionManager* sessions;
   nlohmann::json readiness;  // doctor's verdict at start: {"ready": bool, "layers": [...]}
+  executions::SecurityEvents* events = nullptr;  // auth_failures (optional)
 };
 
 // The routes the server answers, "METHOD PATH" with {id}/{path} placeholders

@@ -79,6 +79,23 @@ CREATE INDEX output_hits_at ON output_hits(at_ms);
 CREATE INDEX output_hits_execution ON output_hits(execution_id);
 CREATE INDEX output_hits_tenant ON output_hits(tenant, at_ms);
 )sql",
+    // 3: security events (docs/adr/0015).
+    R"sql(
+CREATE TABLE security_events (
+  id           INTEGER PRIMARY KEY AUTOINCREMENT,
+  at_ms        INTEGER NOT NULL,
+  kind         TEXT NOT NULL,
+  tenant       TEXT NOT NULL,
+  key_id       TEXT NOT NULL,
+  execution_id TEXT,
+  session_id   TEXT,
+  client_addr  TEXT NOT NULL,
+  detail       TEXT NOT NULL
+) STRICT;
+CREATE INDEX security_events_at ON security_events(at_ms);
+CREATE INDEX security_events_tenant ON security_events(tenant, at_ms);
+CREATE INDEX security_events_kind ON security_events(kind, at_ms);
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 
@@ -465,6 +482,19 @@ Result<int> Store::Prune(int64_t older_than_ms) {
     total += n;
     if (n < kPruneBatch) break;
   }
+  for (;;) {
+    std::lock_guard lock(mu_);
+    KILN_ASSIGN_OR_RETURN(
+        Statement d, Statement::Prepare(*db_, "prune security events",
+                                        "DELETE FROM security_events WHERE id IN (SELECT id FROM "
+                                        "security_events WHERE at_ms < ? LIMIT ?)"));
+    d.BindInt(1, older_than_ms);
+    d.BindInt(2, kPruneBatch);
+    KILN_TRY(d.Run());
+    const auto n = static_cast<int>(db_->Changes());
+    total += n;
+    if (n < kPruneBatch) break;
+  }
   if (total > 0) {
     std::lock_guard lock(mu_);
     KILN_TRY(db_->Exec("incremental_vacuum", "PRAGMA incremental_vacuum"));
@@ -590,6 +620,65 @@ Result<std::vector<OutputHitRow>> Store::QueryOutputHits(const OutputHitQuery& q
     r.location = q.Text(6);
     r.action = q.Text(7);
     r.count = static_cast<uint64_t>(std::max<int64_t>(0, q.Int(8)));
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+Result<int64_t> Store::RecordEvent(const EventRow& e) {
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(
+      Statement insert,
+      Statement::Prepare(*db_, "insert security event",
+                         "INSERT INTO security_events (at_ms, kind, tenant, key_id, execution_id, "
+                         "session_id, client_addr, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"));
+  insert.BindInt(1, e.at_ms);
+  insert.BindText(2, e.kind);
+  insert.BindText(3, e.tenant);
+  insert.BindText(4, e.key_id);
+  insert.BindOptText(5, e.execution_id);
+  insert.BindOptText(6, e.session_id);
+  insert.BindText(7, e.client_addr);
+  insert.BindText(8, e.detail);
+  KILN_TRY(insert.Run());
+  return db_->LastInsertRowId();
+}
+
+Result<std::vector<EventRow>> Store::QueryEvents(const EventQuery& query) {
+  if (query.limit < 1 || query.limit > kMaxQueryLimit) {
+    return InvalidArgument("events query: limit must be 1.." + std::to_string(kMaxQueryLimit));
+  }
+  std::string sql =
+      "SELECT id, at_ms, kind, tenant, key_id, execution_id, session_id, client_addr, detail "
+      "FROM security_events WHERE 1";
+  if (query.tenant) sql += " AND tenant = :tenant";
+  if (query.kind) sql += " AND kind = :kind";
+  if (query.since_ms) sql += " AND at_ms >= :since";
+  if (query.after_id) sql += " AND id > :after";
+  sql += query.oldest_first ? " ORDER BY id ASC" : " ORDER BY id DESC";
+  sql += " LIMIT :limit";
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(Statement q, Statement::Prepare(*db_, "query security events", sql));
+  int i = 0;
+  if (query.tenant) q.BindText(++i, *query.tenant);
+  if (query.kind) q.BindText(++i, *query.kind);
+  if (query.since_ms) q.BindInt(++i, *query.since_ms);
+  if (query.after_id) q.BindInt(++i, *query.after_id);
+  q.BindInt(++i, query.limit);
+  std::vector<EventRow> rows;
+  for (;;) {
+    KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
+    if (!row) break;
+    EventRow r;
+    r.id = q.Int(0);
+    r.at_ms = q.Int(1);
+    r.kind = q.Text(2);
+    r.tenant = q.Text(3);
+    r.key_id = q.Text(4);
+    r.execution_id = q.OptText(5);
+    r.session_id = q.OptText(6);
+    r.client_addr = q.Text(7);
+    r.detail = q.Text(8);
     rows.push_back(std::move(r));
   }
   return rows;

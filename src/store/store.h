@@ -41,7 +41,7 @@ inline constexpr int kDefaultRetentionDays = 30;
 inline constexpr int64_t kDayMs = 86'400'000;
 // The schema this build writes; Open migrates older databases to it and
 // refuses newer ones.
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 // Where kiln keeps its state when --data-dir is not given: /var/lib/kiln for
 // root, else $XDG_STATE_HOME/kiln (when set and absolute), else
@@ -162,6 +162,29 @@ struct OutputHitQuery {
   int limit = 100;
 };
 
+// One security event (docs/adr/0015): something suspicious the supervisor or
+// the server saw. `kind` is executions::EventKind's name.
+struct EventRow {
+  int64_t id = 0;  // assigned by RecordEvent, increasing
+  int64_t at_ms = 0;
+  std::string kind;
+  std::string tenant;  // "" when no tenant is known (an unauthenticated address)
+  std::string key_id;
+  std::optional<std::string> execution_id;
+  std::optional<std::string> session_id;
+  std::string client_addr;
+  std::string detail;  // one line for a person; never a secret or the code
+};
+
+struct EventQuery {
+  std::optional<std::string> tenant;
+  std::optional<std::string> kind;
+  std::optional<int64_t> since_ms;
+  std::optional<int64_t> after_id;  // id > after_id (a live reader's cursor)
+  int limit = 100;
+  bool oldest_first = false;  // default newest first
+};
+
 class Store final {
  public:
   // Opens DATA_DIR/kiln.db, sets WAL mode and the busy timeout, and migrates
@@ -215,6 +238,11 @@ class Store final {
   Status RecordOutputHits(const std::vector<OutputHitRow>& hits);
   // Newest first.
   Result<std::vector<OutputHitRow>> QueryOutputHits(const OutputHitQuery& query);
+
+  // --- Security events (pruned with the executions, by at_ms).
+  // Returns the event's id.
+  Result<int64_t> RecordEvent(const EventRow& event);
+  Result<std::vector<EventRow>> QueryEvents(const EventQuery& query);
 
  private:
   Store(std::string path, std::unique_ptr<Db> db, OpenOptions options);

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <thread>
 
+#include "admin/controls.h"
 #include "admission/admission.h"
 #include "base/log.h"
 #include "cli/commands.h"
@@ -152,6 +153,10 @@ int DoServe(const ServeFlags& f) {
   server::Deps deps{&cfg,           store->get(), admission->get(), &metrics,
                     spawner->get(), &executions,  &session_manager, readiness};
   deps.events = &events;
+  // Quarantines and a lockdown kept from an earlier run apply before the first request.
+  admin::Controls controls(admin::Deps{store->get(), &events, &executions, &session_manager, &cfg});
+  if (Status st = controls.Load(); !st.ok()) return Fail(st.error().ToString());
+  deps.controls = &controls;
   auto server = server::HttpServer::Bind(cfg.server.listen, deps);
   if (!server.ok()) return Fail(server.error().ToString());
   (*server)->Start();
@@ -167,6 +172,7 @@ int DoServe(const ServeFlags& f) {
   std::thread pruner([&] {
     for (int tick = 0; !done; ++tick) {
       std::this_thread::sleep_for(std::chrono::seconds(1));
+      controls.Refresh();  // `kiln lockdown on|off` writes the store; the server follows
       if (tick % 3600 != 3599) continue;
       const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
                               std::chrono::system_clock::now().time_since_epoch())

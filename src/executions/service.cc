@@ -220,6 +220,11 @@ Outcome Service::Run(const Job& job, Runner& runner, spawner::CancelToken* cance
     out.error = filter.error();
     return out;
   }
+  // A lockdown refuses every new execution (docs/api.md, "Operator controls").
+  if (auto reason = lockdown()) {
+    out.error = LockdownError(*reason);
+    return out;
+  }
   store::AuditStart audit;
   audit.id = out.id;
   audit.tenant = job.caller.tenant;
@@ -259,7 +264,7 @@ Outcome Service::Run(const Job& job, Runner& runner, spawner::CancelToken* cance
   if (cancel == nullptr) cancel = &own.emplace();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    running_.insert(cancel);
+    running_.emplace(cancel, job.caller.tenant);
   }
   auto set_active = [this] {
     if (deps_.metrics != nullptr && deps_.admission != nullptr)
@@ -388,7 +393,29 @@ bool Service::Drain(std::chrono::milliseconds grace) {
 
 void Service::CancelRunning() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto* token : running_) token->Cancel();
+  for (auto& [token, tenant] : running_) token->Cancel();
+}
+
+void Service::CancelTenant(const std::string& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [token, t] : running_) {
+    if (t == tenant) token->Cancel();
+  }
+}
+
+void Service::SetLockdown(std::optional<std::string> reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  lockdown_ = std::move(reason);
+}
+
+std::optional<std::string> Service::lockdown() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lockdown_;
+}
+
+Error Service::LockdownError(const std::string& reason) {
+  return WithApiCode(MakeError(Code::kUnavailable, "the server is in lockdown: " + reason),
+                     "lockdown");
 }
 
 bool Service::WaitIdle(std::chrono::milliseconds timeout) {

@@ -122,6 +122,15 @@ class Service final {
   bool Drain(std::chrono::milliseconds grace);
   // Cancels every running execution.
   void CancelRunning();
+  // Cancels the tenant's running executions (a quarantine).
+  void CancelTenant(const std::string& tenant);
+  // Lockdown (docs/api.md, "Operator controls"): with a reason, every new
+  // execution is refused (kUnavailable, api code "lockdown"); nullopt lifts it.
+  // Running ones are the caller's to cancel.
+  void SetLockdown(std::optional<std::string> reason);
+  std::optional<std::string> lockdown() const;
+  // The error a refused execution or session gets during a lockdown.
+  static Error LockdownError(const std::string& reason);
   // Waits until none runs, for at most `timeout`. True if none does.
   bool WaitIdle(std::chrono::milliseconds timeout);
   size_t running() const;
@@ -147,7 +156,8 @@ class Service final {
   std::map<std::string, Error> filter_errors_;
   mutable std::mutex mu_;
   std::condition_variable idle_;
-  std::set<spawner::CancelToken*> running_;  // executions in flight
+  std::map<spawner::CancelToken*, std::string> running_;  // executions in flight -> tenant
+  std::optional<std::string> lockdown_;                   // guarded by mu_
 };
 
 // The Runner of one-shot executions: a job of the spawner.

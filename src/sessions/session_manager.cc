@@ -84,6 +84,11 @@ Result<nlohmann::json> SessionManager::Create(const Caller& caller, const Sessio
       options.profile.empty() ? config.server.default_profile : options.profile;
   auto profile = config.Find(profile_name);
   if (!profile.ok()) return profile.error();  // kInvalidArgument, field "profile"
+  if (deps_.executions != nullptr) {
+    if (auto reason = deps_.executions->lockdown()) {
+      return executions::Service::LockdownError(*reason);
+    }
+  }
   KILN_ASSIGN_OR_RETURN(policy::PolicyBuilder builder,
                         config::PolicyFor(**profile, options.limits));
   KILN_ASSIGN_OR_RETURN(policy::SandboxPolicy policy, builder.Build());
@@ -443,6 +448,35 @@ void SessionManager::ReapLoop() {
     }
     lock.lock();
   }
+}
+
+int SessionManager::EndTenant(const std::string& tenant, const std::string& reason) {
+  std::vector<std::shared_ptr<Session>> ending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, s] : sessions_) {
+      if (s->tenant == tenant) ending.push_back(s);
+    }
+  }
+  for (const auto& s : ending) End(s, reason);
+  return static_cast<int>(ending.size());
+}
+
+int SessionManager::EndAll(const std::string& reason) {
+  std::vector<std::shared_ptr<Session>> ending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, s] : sessions_) ending.push_back(s);
+  }
+  for (const auto& s : ending) End(s, reason);
+  return static_cast<int>(ending.size());
+}
+
+std::map<std::string, int> SessionManager::LiveByTenant() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, int> out;
+  for (const auto& [id, s] : sessions_) ++out[s->tenant];
+  return out;
 }
 
 void SessionManager::Shutdown() {

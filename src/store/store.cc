@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <utility>
 
 #include "base/log.h"
@@ -96,6 +97,23 @@ CREATE INDEX security_events_at ON security_events(at_ms);
 CREATE INDEX security_events_tenant ON security_events(tenant, at_ms);
 CREATE INDEX security_events_kind ON security_events(kind, at_ms);
 )sql",
+    // 4: admin keys and the operator's controls (docs/adr/0015).
+    R"sql(
+ALTER TABLE api_keys ADD COLUMN admin INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE quarantines (
+  tenant   TEXT PRIMARY KEY NOT NULL,
+  since_ms INTEGER NOT NULL,
+  reason   TEXT NOT NULL,
+  by_whom  TEXT NOT NULL
+) STRICT;
+CREATE TABLE server_state (
+  name     TEXT PRIMARY KEY NOT NULL,  -- 'lockdown'
+  value    TEXT NOT NULL,              -- 'on' | 'off'
+  reason   TEXT NOT NULL,
+  since_ms INTEGER NOT NULL,
+  by_whom  TEXT NOT NULL
+) STRICT;
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 
@@ -146,9 +164,10 @@ std::optional<bool> OptBool(const Statement& s, int col) {
   return s.Int(col) != 0;
 }
 
-KeyInfo ReadKey(const Statement& s) {
-  // Columns: id, tenant, created_ms, revoked_ms, last_used_ms.
-  return KeyInfo{s.Text(0), s.Text(1), s.Int(2), s.OptInt(3), s.OptInt(4)};
+KeyInfo ReadKey(const Statement& s, int admin_column) {
+  // Columns: id, tenant, created_ms, revoked_ms, last_used_ms; admin at `admin_column`.
+  return KeyInfo{s.Text(0),   s.Text(1),   s.Int(2),
+                 s.OptInt(3), s.OptInt(4), s.Int(admin_column) != 0};
 }
 
 Status Migrate(Db& db) {
@@ -265,7 +284,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& data_dir, OpenOpti
 
 // --- Keys.
 
-Result<NewKey> Store::CreateKey(std::string_view tenant) {
+Result<NewKey> Store::CreateKey(std::string_view tenant, bool admin) {
   if (!IsValidTenant(tenant)) {
     return InvalidArgument("tenant '" + std::string(tenant.substr(0, 80)) +
                            "': use 1-64 characters of A-Z a-z 0-9 . _ -");
@@ -280,6 +299,7 @@ Result<NewKey> Store::CreateKey(std::string_view tenant) {
     out.info.id = HexEncode(id_bytes);
     out.info.tenant = std::string(tenant);
     out.info.created_ms = Now();
+    out.info.admin = admin;
     out.key = FormatApiKey(out.info.id, secret);
     Wipe(secret);
 
@@ -287,12 +307,13 @@ Result<NewKey> Store::CreateKey(std::string_view tenant) {
     KILN_ASSIGN_OR_RETURN(
         Statement insert,
         Statement::Prepare(*db_, "insert api key",
-                           "INSERT INTO api_keys (id, tenant, secret_sha256, created_ms) "
-                           "VALUES (?, ?, ?, ?)"));
+                           "INSERT INTO api_keys (id, tenant, secret_sha256, created_ms, admin) "
+                           "VALUES (?, ?, ?, ?, ?)"));
     insert.BindText(1, out.info.id);
     insert.BindText(2, out.info.tenant);
     insert.BindBlob(3, digest);
     insert.BindInt(4, out.info.created_ms);
+    insert.BindInt(5, admin ? 1 : 0);
     Status s = insert.Run();
     if (s.ok()) return out;
     Wipe(out.key);
@@ -303,14 +324,15 @@ Result<NewKey> Store::CreateKey(std::string_view tenant) {
 Result<std::vector<KeyInfo>> Store::ListKeys() {
   std::lock_guard lock(mu_);
   KILN_ASSIGN_OR_RETURN(
-      Statement q, Statement::Prepare(*db_, "list api keys",
-                                      "SELECT id, tenant, created_ms, revoked_ms, last_used_ms "
-                                      "FROM api_keys ORDER BY created_ms, id"));
+      Statement q,
+      Statement::Prepare(*db_, "list api keys",
+                         "SELECT id, tenant, created_ms, revoked_ms, last_used_ms, admin "
+                         "FROM api_keys ORDER BY created_ms, id"));
   std::vector<KeyInfo> keys;
   for (;;) {
     KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
     if (!row) break;
-    keys.push_back(ReadKey(q));
+    keys.push_back(ReadKey(q, 5));
   }
   return keys;
 }
@@ -347,17 +369,18 @@ Result<std::optional<KeyInfo>> Store::Authenticate(std::string_view presented) {
     // Scoped: the read must be finished before the UPDATE below, or the
     // UPDATE's autocommit would wait for this statement's finalization.
     KILN_ASSIGN_OR_RETURN(
-        Statement q, Statement::Prepare(*db_, "look up api key",
-                                        "SELECT id, tenant, created_ms, revoked_ms, last_used_ms, "
-                                        "secret_sha256 FROM api_keys WHERE id = ?"));
+        Statement q,
+        Statement::Prepare(*db_, "look up api key",
+                           "SELECT id, tenant, created_ms, revoked_ms, last_used_ms, admin, "
+                           "secret_sha256 FROM api_keys WHERE id = ?"));
     q.BindText(1, parsed->id);
     KILN_ASSIGN_OR_RETURN(const bool found, q.Step());
     // An unknown id still costs one comparison, so timing says no more than
     // the (public) id does.
-    const std::string stored = found ? q.Text(5) : std::string(kSha256Bytes, '\0');
+    const std::string stored = found ? q.Text(6) : std::string(kSha256Bytes, '\0');
     const bool match = ConstantTimeEquals(stored, *digest) && found;
     if (!match) return std::optional<KeyInfo>();
-    info = ReadKey(q);
+    info = ReadKey(q, 5);
   }
   if (info.revoked_ms) return std::optional<KeyInfo>();
 
@@ -682,6 +705,117 @@ Result<std::vector<EventRow>> Store::QueryEvents(const EventQuery& query) {
     rows.push_back(std::move(r));
   }
   return rows;
+}
+
+// --- Operator controls.
+
+Status Store::SetQuarantine(const QuarantineRow& q) {
+  if (!IsValidTenant(q.tenant)) return InvalidArgument("quarantine: invalid tenant name");
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(Statement u,
+                        Statement::Prepare(*db_, "quarantine tenant",
+                                           "INSERT OR REPLACE INTO quarantines (tenant, since_ms, "
+                                           "reason, by_whom) VALUES (?, ?, ?, ?)"));
+  u.BindText(1, q.tenant);
+  u.BindInt(2, q.since_ms);
+  u.BindText(3, q.reason);
+  u.BindText(4, q.by);
+  return u.Run();
+}
+
+Result<bool> Store::ClearQuarantine(std::string_view tenant) {
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(
+      Statement d,
+      Statement::Prepare(*db_, "release tenant", "DELETE FROM quarantines WHERE tenant = ?"));
+  d.BindText(1, tenant);
+  KILN_TRY(d.Run());
+  return db_->Changes() > 0;
+}
+
+Result<std::vector<QuarantineRow>> Store::ListQuarantines() {
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(
+      Statement q, Statement::Prepare(*db_, "list quarantines",
+                                      "SELECT tenant, since_ms, reason, by_whom FROM quarantines "
+                                      "ORDER BY tenant"));
+  std::vector<QuarantineRow> out;
+  for (;;) {
+    KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
+    if (!row) break;
+    out.push_back(QuarantineRow{q.Text(0), q.Int(1), q.Text(2), q.Text(3)});
+  }
+  return out;
+}
+
+Status Store::SetLockdown(const LockdownState& state) {
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(Statement u,
+                        Statement::Prepare(*db_, "set lockdown",
+                                           "INSERT OR REPLACE INTO server_state (name, value, "
+                                           "reason, since_ms, by_whom) VALUES ('lockdown', ?, ?, "
+                                           "?, ?)"));
+  u.BindText(1, state.on ? "on" : "off");
+  u.BindText(2, state.reason);
+  u.BindInt(3, state.since_ms);
+  u.BindText(4, state.by);
+  return u.Run();
+}
+
+Result<LockdownState> Store::GetLockdown() {
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(Statement q,
+                        Statement::Prepare(*db_, "get lockdown",
+                                           "SELECT value, reason, since_ms, by_whom FROM "
+                                           "server_state WHERE name = 'lockdown'"));
+  LockdownState state;
+  KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
+  if (row) {
+    state.on = q.Text(0) == "on";
+    state.reason = q.Text(1);
+    state.since_ms = q.Int(2);
+    state.by = q.Text(3);
+  }
+  return state;
+}
+
+Result<std::vector<TenantUsage>> Store::UsageSince(int64_t since_ms) {
+  std::lock_guard lock(mu_);
+  std::map<std::string, TenantUsage> by_tenant;
+  {
+    KILN_ASSIGN_OR_RETURN(
+        Statement q,
+        Statement::Prepare(*db_, "tenant usage",
+                           "SELECT tenant, COUNT(*), SUM(status = 'rejected'), MAX(started_ms) "
+                           "FROM executions WHERE started_ms >= ? GROUP BY tenant"));
+    q.BindInt(1, since_ms);
+    for (;;) {
+      KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
+      if (!row) break;
+      TenantUsage& u = by_tenant[q.Text(0)];
+      u.tenant = q.Text(0);
+      u.executions = q.Int(1);
+      u.rejected = q.Int(2);
+      u.last_execution_ms = q.OptInt(3);
+    }
+  }
+  {
+    KILN_ASSIGN_OR_RETURN(Statement q,
+                          Statement::Prepare(*db_, "tenant events",
+                                             "SELECT tenant, COUNT(*) FROM security_events WHERE "
+                                             "at_ms >= ? AND tenant != '' GROUP BY tenant"));
+    q.BindInt(1, since_ms);
+    for (;;) {
+      KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
+      if (!row) break;
+      TenantUsage& u = by_tenant[q.Text(0)];
+      u.tenant = q.Text(0);
+      u.events = q.Int(1);
+    }
+  }
+  std::vector<TenantUsage> out;
+  for (auto& [name, u] : by_tenant) out.push_back(std::move(u));
+  return out;
 }
 
 }  // namespace kiln::store

@@ -41,7 +41,7 @@ inline constexpr int kDefaultRetentionDays = 30;
 inline constexpr int64_t kDayMs = 86'400'000;
 // The schema this build writes; Open migrates older databases to it and
 // refuses newer ones.
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 
 // Where kiln keeps its state when --data-dir is not given: /var/lib/kiln for
 // root, else $XDG_STATE_HOME/kiln (when set and absolute), else
@@ -69,6 +69,7 @@ struct KeyInfo {
   int64_t created_ms = 0;
   std::optional<int64_t> revoked_ms;
   std::optional<int64_t> last_used_ms;  // updated at most once a minute
+  bool admin = false;                   // may use /v1/admin/* (docs/api.md, "Operator controls")
 };
 
 struct NewKey {
@@ -185,6 +186,31 @@ struct EventQuery {
   bool oldest_first = false;  // default newest first
 };
 
+// A quarantined tenant (docs/api.md, "Operator controls"): its keys get 403.
+struct QuarantineRow {
+  std::string tenant;
+  int64_t since_ms = 0;
+  std::string reason;
+  std::string by;  // "key <id>", "kiln CLI", "rule <name>"
+};
+
+// The server's lockdown: new executions and sessions refused, kept across restarts.
+struct LockdownState {
+  bool on = false;
+  std::string reason;
+  int64_t since_ms = 0;
+  std::string by;
+};
+
+// One tenant's activity since a time (GET /v1/admin/tenants).
+struct TenantUsage {
+  std::string tenant;
+  int64_t executions = 0;  // rows started since (rejected ones included)
+  int64_t rejected = 0;
+  int64_t events = 0;  // security events since
+  std::optional<int64_t> last_execution_ms;
+};
+
 class Store final {
  public:
   // Opens DATA_DIR/kiln.db, sets WAL mode and the busy timeout, and migrates
@@ -202,7 +228,7 @@ class Store final {
 
   // A new random key for `tenant` (1-64 chars of [A-Za-z0-9._-], else
   // kInvalidArgument). The full key is in the result only.
-  Result<NewKey> CreateKey(std::string_view tenant);
+  Result<NewKey> CreateKey(std::string_view tenant, bool admin = false);
   // Every key, revoked ones too, oldest first.
   Result<std::vector<KeyInfo>> ListKeys();
   // Marks the key revoked; later Authenticate calls refuse it. Revoking a
@@ -243,6 +269,15 @@ class Store final {
   // Returns the event's id.
   Result<int64_t> RecordEvent(const EventRow& event);
   Result<std::vector<EventRow>> QueryEvents(const EventQuery& query);
+
+  // --- Operator controls (kept across restarts).
+  Status SetQuarantine(const QuarantineRow& q);  // insert or replace
+  // Whether the tenant was quarantined.
+  Result<bool> ClearQuarantine(std::string_view tenant);
+  Result<std::vector<QuarantineRow>> ListQuarantines();
+  Status SetLockdown(const LockdownState& state);
+  Result<LockdownState> GetLockdown();  // on = false when never set
+  Result<std::vector<TenantUsage>> UsageSince(int64_t since_ms);
 
  private:
   Store(std::string path, std::unique_ptr<Db> db, OpenOptions options);

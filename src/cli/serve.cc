@@ -9,6 +9,7 @@
 #include <iostream>
 #include <thread>
 
+#include "admin/alerts.h"
 #include "admin/controls.h"
 #include "admission/admission.h"
 #include "base/log.h"
@@ -157,6 +158,10 @@ int DoServe(const ServeFlags& f) {
   admin::Controls controls(admin::Deps{store->get(), &events, &executions, &session_manager, &cfg});
   if (Status st = controls.Load(); !st.ok()) return Fail(st.error().ToString());
   deps.controls = &controls;
+  // Quarantine rules and webhooks ([events] in kiln.toml); what an earlier run
+  // left in the webhook queue is delivered too.
+  admin::Alerts alerts(cfg.events, store->get(), &events, &controls);
+  alerts.Start();
   auto server = server::HttpServer::Bind(cfg.server.listen, deps);
   if (!server.ok()) return Fail(server.error().ToString());
   (*server)->Start();

@@ -524,6 +524,102 @@ Result<TenantConfig> ParseTenant(const std::string& source, const std::string& n
   return c;
 }
 
+Result<std::vector<std::string>> KindList(const std::string& source, const toml::node& node,
+                                          const std::string& key) {
+  KILN_ASSIGN_OR_RETURN(std::vector<std::string> kinds, StringList(source, node, key));
+  for (const auto& k : kinds) {
+    if (std::find(std::begin(kEventKindNames), std::end(kEventKindNames), k) ==
+        std::end(kEventKindNames)) {
+      std::string known;
+      for (auto n : kEventKindNames) known += (known.empty() ? "" : ", ") + std::string(n);
+      return KeyError(source, node, key, "'" + k + "' is not an event kind (" + known + ")");
+    }
+  }
+  return kinds;
+}
+
+Result<EventsConfig> ParseEvents(const std::string& source, const toml::table& t) {
+  EventsConfig c;
+  for (const auto& [k, node] : t) {
+    const std::string key(k.str());
+    const std::string full = "events." + key;
+    const toml::array* arr = node.as_array();
+    if (key != "quarantine" && key != "webhook") {
+      return KeyError(source, node, full, "unknown key (known: quarantine, webhook)");
+    }
+    if (arr == nullptr) {
+      return KeyError(source, node, full, "must be an array of tables ([[" + full + "]])");
+    }
+    int i = 0;
+    for (const auto& item : *arr) {
+      const std::string at = full + "[" + std::to_string(i++) + "]";
+      const toml::table* it = item.as_table();
+      if (it == nullptr) return KeyError(source, item, at, "must be a table");
+      if (key == "quarantine") {
+        QuarantineRule r;
+        r.name = "rule" + std::to_string(i);
+        bool has_kinds = false;
+        for (const auto& [rk, rv] : *it) {
+          const std::string name(rk.str());
+          const std::string sub = at + "." + name;
+          if (name == "name") {
+            auto s = rv.value<std::string>();
+            if (!s || !rv.is_string() || s->empty() || s->size() > 64)
+              return KeyError(source, rv, sub, "must be a string of 1-64 chars");
+            r.name = *s;
+          } else if (name == "kinds") {
+            KILN_ASSIGN_OR_RETURN(r.kinds, KindList(source, rv, sub));
+            has_kinds = !r.kinds.empty();
+          } else if (name == "count") {
+            KILN_ASSIGN_OR_RETURN(uint64_t n, CountValue(source, rv, sub));
+            if (n < 1 || n > 100000) return KeyError(source, rv, sub, "must be 1..100000");
+            r.count = static_cast<int>(n);
+          } else if (name == "window") {
+            KILN_ASSIGN_OR_RETURN(r.window_s, SecondsValue(source, rv, sub));
+          } else {
+            return KeyError(source, rv, sub, "unknown key (known: name, kinds, count, window)");
+          }
+        }
+        if (!has_kinds) return KeyError(source, item, at, "needs kinds = [...] (one or more)");
+        c.quarantine.push_back(std::move(r));
+      } else {
+        WebhookConfig w;
+        w.name = "webhook" + std::to_string(i);
+        for (const auto& [wk, wv] : *it) {
+          const std::string name(wk.str());
+          const std::string sub = at + "." + name;
+          if (name == "name" || name == "url" || name == "secret") {
+            auto s = wv.value<std::string>();
+            if (!s || !wv.is_string() || s->empty())
+              return KeyError(source, wv, sub, "must be a non-empty string");
+            (name == "name" ? w.name : name == "url" ? w.url : w.secret) = *s;
+          } else if (name == "kinds") {
+            KILN_ASSIGN_OR_RETURN(w.kinds, KindList(source, wv, sub));
+          } else if (name == "max_per_minute") {
+            KILN_ASSIGN_OR_RETURN(uint64_t n, CountValue(source, wv, sub));
+            if (n < 1 || n > 100000) return KeyError(source, wv, sub, "must be 1..100000");
+            w.max_per_minute = static_cast<int>(n);
+          } else {
+            return KeyError(source, wv, sub,
+                            "unknown key (known: name, url, secret, kinds, max_per_minute)");
+          }
+        }
+        if (w.url.rfind("http://", 0) != 0 || w.url.size() <= 7) {
+          return KeyError(source, item, at + ".url",
+                          "needs an http://HOST[:PORT]/PATH url (https is not supported: send to a "
+                          "local relay)");
+        }
+        if (w.secret.size() < 16) {
+          return KeyError(source, item, at + ".secret",
+                          "needs a secret of at least 16 characters (the HMAC-SHA256 key)");
+        }
+        c.webhooks.push_back(std::move(w));
+      }
+    }
+  }
+  return c;
+}
+
 }  // namespace
 
 std::string_view ToString(AuditAction a) {
@@ -606,6 +702,12 @@ Result<Config> ParseConfig(std::string_view text, std::string source) {
       KILN_ASSIGN_OR_RETURN(c.pool, ParsePool(source, *t));
       continue;
     }
+    if (key == "events") {
+      const toml::table* t = node.as_table();
+      if (t == nullptr) return KeyError(source, node, key, "must be a table");
+      KILN_ASSIGN_OR_RETURN(c.events, ParseEvents(source, *t));
+      continue;
+    }
     if (key == "tenants") {
       const toml::table* t = node.as_table();
       if (t == nullptr) return KeyError(source, node, key, "must be a table of tenants");
@@ -618,7 +720,8 @@ Result<Config> ParseConfig(std::string_view text, std::string source) {
       continue;
     }
     if (key != "profiles")
-      return KeyError(source, node, key, "unknown key (known: server, pool, tenants, profiles)");
+      return KeyError(source, node, key,
+                      "unknown key (known: server, pool, tenants, events, profiles)");
     const toml::table* profiles = node.as_table();
     if (profiles == nullptr) return KeyError(source, node, key, "must be a table of profiles");
     for (const auto& [pk, pnode] : *profiles) {

@@ -137,6 +137,39 @@ struct PoolConfig {
   std::vector<std::string> preload = {"numpy", "pandas", "matplotlib"};
 };
 
+// [events] (docs/api.md, "Security events"): what the server does with its
+// security events besides storing them.
+// The kinds' names (executions::EventKind's; a unit test keeps them equal).
+inline constexpr std::string_view kEventKindNames[] = {
+    "seccomp_kill",    "import_violation", "pids_limit",    "memory_kills",   "output_flood",
+    "output_audit",    "protocol_error",   "auth_failures", "sigkill_needed", "tenant_quarantined",
+    "tenant_released", "lockdown",         "admin_action"};
+
+// [[events.quarantine]]: `count` events of `kinds` from one tenant within
+// `window_s` quarantine it (until an operator releases it).
+struct QuarantineRule {
+  std::string name;
+  std::vector<std::string> kinds;
+  int count = 3;
+  double window_s = 600;
+};
+
+// [[events.webhook]]: a signed POST of each event (of `kinds`; empty: all) to
+// `url` (http://HOST:PORT/PATH), from a durable queue, retried with backoff;
+// at most `max_per_minute` events of one kind per minute (the rest dropped).
+struct WebhookConfig {
+  std::string name;
+  std::string url;
+  std::string secret;  // HMAC-SHA256 key
+  std::vector<std::string> kinds;
+  int max_per_minute = 10;
+};
+
+struct EventsConfig {
+  std::vector<QuarantineRule> quarantine;
+  std::vector<WebhookConfig> webhooks;
+};
+
 struct Config {
   std::string source;  // file name, or "built-in"
   std::string text;    // the TOML it was parsed from (a restarted spawner parses it again)
@@ -144,6 +177,7 @@ struct Config {
   ServerConfig server;
   PoolConfig pool;
   std::map<std::string, TenantConfig> tenants;  // "default" always present
+  EventsConfig events;
   Result<const Profile*> Find(std::string_view name) const;
   // The tenant's limits, or [tenants.default]'s.
   const TenantConfig& Tenant(const std::string& name) const;

@@ -291,6 +291,48 @@ TEST(Config, OutputAuditErrorsNameTheKey) {
   }
 }
 
+TEST(Config, EventsRulesAndWebhooks) {
+  auto c = ParseConfig(R"(
+[profiles.a]
+[[events.quarantine]]
+name = "escapes"
+kinds = ["seccomp_kill", "protocol_error"]
+count = 2
+window = "5m"
+[[events.webhook]]
+url = "http://127.0.0.1:9000/hook"
+secret = "0123456789abcdef"
+kinds = ["lockdown"]
+max_per_minute = 5
+)",
+                       "t.toml");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  ASSERT_EQ(c->events.quarantine.size(), 1u);
+  EXPECT_EQ(c->events.quarantine[0].name, "escapes");
+  EXPECT_EQ(c->events.quarantine[0].count, 2);
+  EXPECT_EQ(c->events.quarantine[0].window_s, 300);
+  ASSERT_EQ(c->events.webhooks.size(), 1u);
+  EXPECT_EQ(c->events.webhooks[0].name, "webhook1");
+  EXPECT_EQ(c->events.webhooks[0].max_per_minute, 5);
+  struct Case {
+    const char* toml;
+    const char* key;
+  } bad[] = {
+      {"[[events.quarantine]]\nkinds = [\"volcano\"]\n", "events.quarantine[0].kinds"},
+      {"[[events.quarantine]]\ncount = 3\n", "events.quarantine[0]"},
+      {"[[events.webhook]]\nurl = \"https://x/h\"\nsecret = \"0123456789abcdef\"\n",
+       "events.webhook[0].url"},
+      {"[[events.webhook]]\nurl = \"http://x/h\"\nsecret = \"short\"\n",
+       "events.webhook[0].secret"},
+      {"[events]\nalarms = 1\n", "events.alarms"},
+  };
+  for (const auto& b : bad) {
+    auto r = ParseConfig(std::string("[profiles.a]\n") + b.toml, "t.toml");
+    ASSERT_FALSE(r.ok()) << b.toml;
+    EXPECT_NE(r.error().message.find(b.key), std::string::npos) << r.error().message;
+  }
+}
+
 TEST(Config, DurationsAreFiniteAndBounded) {
   struct Case {
     const char* toml;

@@ -86,8 +86,14 @@ store::EventRow SecurityEvents::Record(const SecurityEvent& e) {
                 row.key_id.empty() ? "-" : row.key_id, row.execution_id.value_or("-"),
                 row.session_id.value_or("-"), row.client_addr.empty() ? "-" : row.client_addr,
                 row.detail);
-  std::lock_guard<std::mutex> lock(listeners_mu_);
-  for (const auto& [handle, listener] : listeners_) listener(row);
+  // Called without the lock: a listener may record an event of its own (a
+  // quarantine rule's tenant_quarantined).
+  std::vector<Listener> listeners;
+  {
+    std::lock_guard<std::mutex> lock(listeners_mu_);
+    for (const auto& [handle, listener] : listeners_) listeners.push_back(listener);
+  }
+  for (const auto& listener : listeners) listener(row);
   return row;
 }
 

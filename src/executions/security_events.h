@@ -104,7 +104,9 @@ class SecurityEvents final {
 
   using Listener = std::function<void(const store::EventRow&)>;
   // Called, in order, for every event after it is stored; from the thread
-  // that recorded it (keep it short). Returns a handle for Unsubscribe.
+  // that recorded it (keep it short), without any lock of this class held.
+  // Returns a handle for Unsubscribe; a listener may be called once more
+  // after Unsubscribe returns, so what it captures must outlive that.
   int Subscribe(Listener listener);
   void Unsubscribe(int handle);
 

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <vector>
 
+#include "config/config.h"
+
 namespace kiln::executions {
 namespace {
 
@@ -65,6 +67,11 @@ TEST_F(SecurityEventsTest, KindsHaveStableNames) {
   for (EventKind k : kAllEventKinds) EXPECT_EQ(ParseEventKind(ToString(k)), k);
   EXPECT_FALSE(ParseEventKind("nope").has_value());
   EXPECT_NE(EventKindNames().find("output_audit"), std::string::npos);
+  // kiln.toml's [events] checks kinds against config's copy of the names.
+  ASSERT_EQ(std::size(config::kEventKindNames), std::size(kAllEventKinds));
+  for (size_t i = 0; i < std::size(kAllEventKinds); ++i) {
+    EXPECT_EQ(config::kEventKindNames[i], ToString(kAllEventKinds[i]));
+  }
 }
 
 TEST_F(SecurityEventsTest, AQuietResultMakesNoEvent) {

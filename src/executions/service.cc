@@ -1,5 +1,6 @@
 #include "executions/service.h"
 
+#include <re2/re2.h>
 #include <sys/socket.h>
 
 #include <cstdlib>
@@ -125,7 +126,13 @@ class FilteredEvents final {
 Service::Service(Deps deps) : deps_(deps) {
   if (deps_.config == nullptr) return;
   for (const auto& [name, profile] : deps_.config->profiles) {
-    auto compiled = OutputFilter::Compile(profile.output_audit);
+    // Any secret the server knows is a detector too: the webhooks' keys.
+    config::OutputAuditSpec spec = profile.output_audit;
+    for (const auto& w : deps_.config->events.webhooks) {
+      spec.detectors.push_back({"server_secret", RE2::QuoteMeta(w.secret), w.secret.size(),
+                                config::AuditAction::kRedact});
+    }
+    auto compiled = OutputFilter::Compile(spec);
     if (!compiled.ok()) {
       KILN_LOG_ERROR("profile {}: {}", name, compiled.error().message);
       filter_errors_.emplace(name, compiled.error());

@@ -114,6 +114,21 @@ CREATE TABLE server_state (
   by_whom  TEXT NOT NULL
 ) STRICT;
 )sql",
+    // 5: the webhook queue (docs/adr/0015).
+    R"sql(
+CREATE TABLE webhook_queue (
+  id         INTEGER PRIMARY KEY AUTOINCREMENT,
+  webhook    TEXT NOT NULL,
+  event_id   INTEGER NOT NULL,
+  kind       TEXT NOT NULL,
+  body       TEXT NOT NULL,
+  created_ms INTEGER NOT NULL,
+  attempts   INTEGER NOT NULL DEFAULT 0,
+  next_ms    INTEGER NOT NULL,
+  last_error TEXT NOT NULL DEFAULT ''
+) STRICT;
+CREATE INDEX webhook_queue_next ON webhook_queue(next_ms);
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 
@@ -816,6 +831,80 @@ Result<std::vector<TenantUsage>> Store::UsageSince(int64_t since_ms) {
   std::vector<TenantUsage> out;
   for (auto& [name, u] : by_tenant) out.push_back(std::move(u));
   return out;
+}
+
+// --- The webhook queue.
+
+Status Store::EnqueueWebhook(const WebhookDelivery& d) {
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(Statement i,
+                        Statement::Prepare(*db_, "enqueue webhook",
+                                           "INSERT INTO webhook_queue (webhook, event_id, kind, "
+                                           "body, created_ms, next_ms) VALUES (?, ?, ?, ?, ?, ?)"));
+  i.BindText(1, d.webhook);
+  i.BindInt(2, d.event_id);
+  i.BindText(3, d.kind);
+  i.BindText(4, d.body);
+  i.BindInt(5, d.created_ms);
+  i.BindInt(6, d.next_ms);
+  return i.Run();
+}
+
+Result<std::vector<WebhookDelivery>> Store::DueWebhooks(int64_t now_ms, int limit) {
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(
+      Statement q,
+      Statement::Prepare(*db_, "due webhooks",
+                         "SELECT id, webhook, event_id, kind, body, created_ms, attempts, next_ms, "
+                         "last_error FROM webhook_queue WHERE next_ms <= ? ORDER BY id LIMIT ?"));
+  q.BindInt(1, now_ms);
+  q.BindInt(2, limit);
+  std::vector<WebhookDelivery> out;
+  for (;;) {
+    KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
+    if (!row) break;
+    WebhookDelivery d;
+    d.id = q.Int(0);
+    d.webhook = q.Text(1);
+    d.event_id = q.Int(2);
+    d.kind = q.Text(3);
+    d.body = q.Text(4);
+    d.created_ms = q.Int(5);
+    d.attempts = static_cast<int>(q.Int(6));
+    d.next_ms = q.Int(7);
+    d.last_error = q.Text(8);
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+Status Store::WebhookDone(int64_t id) {
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(Statement d, Statement::Prepare(*db_, "webhook done",
+                                                        "DELETE FROM webhook_queue WHERE id = ?"));
+  d.BindInt(1, id);
+  return d.Run();
+}
+
+Status Store::WebhookRetry(int64_t id, int attempts, int64_t next_ms, const std::string& error) {
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(Statement u,
+                        Statement::Prepare(*db_, "webhook retry",
+                                           "UPDATE webhook_queue SET attempts = ?, next_ms = ?, "
+                                           "last_error = ? WHERE id = ?"));
+  u.BindInt(1, attempts);
+  u.BindInt(2, next_ms);
+  u.BindText(3, error.substr(0, 500));
+  u.BindInt(4, id);
+  return u.Run();
+}
+
+Result<int64_t> Store::WebhookQueued() {
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(Statement q, Statement::Prepare(*db_, "webhook queue size",
+                                                        "SELECT COUNT(*) FROM webhook_queue"));
+  KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
+  return row ? q.Int(0) : 0;
 }
 
 }  // namespace kiln::store

@@ -41,7 +41,7 @@ inline constexpr int kDefaultRetentionDays = 30;
 inline constexpr int64_t kDayMs = 86'400'000;
 // The schema this build writes; Open migrates older databases to it and
 // refuses newer ones.
-inline constexpr int kSchemaVersion = 4;
+inline constexpr int kSchemaVersion = 5;
 
 // Where kiln keeps its state when --data-dir is not given: /var/lib/kiln for
 // root, else $XDG_STATE_HOME/kiln (when set and absolute), else
@@ -211,6 +211,20 @@ struct TenantUsage {
   std::optional<int64_t> last_execution_ms;
 };
 
+// One event waiting to be POSTed to a webhook (a durable queue: a restart
+// loses none).
+struct WebhookDelivery {
+  int64_t id = 0;
+  std::string webhook;  // its name in kiln.toml
+  int64_t event_id = 0;
+  std::string kind;
+  std::string body;  // the event's JSON
+  int64_t created_ms = 0;
+  int attempts = 0;
+  int64_t next_ms = 0;  // not before
+  std::string last_error;
+};
+
 class Store final {
  public:
   // Opens DATA_DIR/kiln.db, sets WAL mode and the busy timeout, and migrates
@@ -278,6 +292,14 @@ class Store final {
   Status SetLockdown(const LockdownState& state);
   Result<LockdownState> GetLockdown();  // on = false when never set
   Result<std::vector<TenantUsage>> UsageSince(int64_t since_ms);
+
+  // --- The webhook queue.
+  Status EnqueueWebhook(const WebhookDelivery& d);
+  // Due ones (next_ms <= now), oldest first.
+  Result<std::vector<WebhookDelivery>> DueWebhooks(int64_t now_ms, int limit);
+  Status WebhookDone(int64_t id);  // delivered, or given up
+  Status WebhookRetry(int64_t id, int attempts, int64_t next_ms, const std::string& error);
+  Result<int64_t> WebhookQueued();
 
  private:
   Store(std::string path, std::unique_ptr<Db> db, OpenOptions options);

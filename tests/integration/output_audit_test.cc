@@ -333,5 +333,50 @@ TEST_F(OutputAudit, ABlockingSessionRefusesTheDownloadWith403) {
   EXPECT_EQ(ok.body, "fine");
 }
 
+TEST_F(OutputAudit, McpToolResultsAreFilteredToo) {
+  // MCP's tools run through the sessions and so through the same service.
+  std::vector<std::pair<std::string, std::string>> h = {
+      {"Accept", "application/json, text/event-stream"}, {"Authorization", "Bearer " + key()}};
+  const json init = {{"jsonrpc", "2.0"},
+                     {"id", 1},
+                     {"method", "initialize"},
+                     {"params",
+                      {{"protocolVersion", "2025-11-25"},
+                       {"capabilities", json::object()},
+                       {"clientInfo", {{"name", "audit-test"}, {"version", "1"}}}}}};
+  const HttpResponse r = srv().Call("POST", "/mcp", h, init.dump(), 60s);
+  ASSERT_EQ(r.status, 200) << r.Describe();
+  const std::string session = r.Header("Mcp-Session-Id").value_or("");
+  ASSERT_FALSE(session.empty()) << r.Describe();
+  h.emplace_back("Mcp-Session-Id", session);
+  h.emplace_back("MCP-Protocol-Version", "2025-11-25");
+  ASSERT_EQ(
+      srv()
+          .Call("POST", "/mcp", h, R"({"jsonrpc":"2.0","method":"notifications/initialized"})")
+          .status,
+      202);
+  auto call = [&](int id, const std::string& tool, const json& args) {
+    return srv().Call("POST", "/mcp", h,
+                      json({{"jsonrpc", "2.0"},
+                            {"id", id},
+                            {"method", "tools/call"},
+                            {"params", {{"name", tool}, {"arguments", args}}}})
+                          .dump(),
+                      120s);
+  };
+  const HttpResponse ran =
+      call(2, "run_python",
+           {{"code", "print('" + key() + "')\nopen('k.txt', 'w').write('" + key() + "')"}});
+  ASSERT_EQ(ran.status, 200) << ran.Describe();
+  EXPECT_EQ(ran.body.find(Secret()), std::string::npos) << ran.body;
+  EXPECT_NE(ran.body.find("[REDACTED:kiln_api_key]"), std::string::npos) << ran.body;
+  const HttpResponse got = call(3, "download_file", {{"path", "k.txt"}});
+  ASSERT_EQ(got.status, 200) << got.Describe();
+  EXPECT_EQ(got.body.find(Secret()), std::string::npos) << got.body;
+  // A text file comes back as text: the redacted file, as downloaded.
+  EXPECT_NE(got.body.find("\"content\":\"[REDACTED:kiln_api_key]\""), std::string::npos)
+      << got.body;
+}
+
 }  // namespace
 }  // namespace kiln::testing

@@ -227,11 +227,6 @@ Outcome Service::Run(const Job& job, Runner& runner, spawner::CancelToken* cance
     out.error = filter.error();
     return out;
   }
-  // A lockdown refuses every new execution (docs/api.md, "Operator controls").
-  if (auto reason = lockdown()) {
-    out.error = LockdownError(*reason);
-    return out;
-  }
   store::AuditStart audit;
   audit.id = out.id;
   audit.tenant = job.caller.tenant;
@@ -242,6 +237,14 @@ Outcome Service::Run(const Job& job, Runner& runner, spawner::CancelToken* cance
   audit.code = job.code;
   audit.store_code = deps_.store_code;
   audit.client_addr = job.caller.peer;
+  // A lockdown refuses every new execution (docs/api.md, "Operator controls"):
+  // audited "rejected" and counted as admission's refusals are.
+  if (auto reason = lockdown()) {
+    if (deps_.metrics != nullptr) deps_.metrics->RecordRejection("lockdown");
+    AuditRejected(deps_.store, audit, "lockdown: " + *reason);
+    out.error = LockdownError(*reason);
+    return out;
+  }
 
   std::optional<admission::Permit> permit;
   if (deps_.admission != nullptr) {

@@ -467,6 +467,21 @@ TEST_F(OutputAuditTest, AnOffProfileSendsEverythingAsItIs) {
   EXPECT_TRUE(Hits().empty());
 }
 
+TEST_F(ServiceTest, ALockdownRefusesAuditsAndCountsUntilLifted) {
+  FakeRunner runner(Returns({{"status", "ok"}}));
+  service_->SetLockdown("incident 7");
+  Outcome out = service_->Run(MakeJob(), runner);
+  ASSERT_TRUE(out.error.has_value());
+  EXPECT_EQ(out.error->api_code, "lockdown");
+  EXPECT_NE(out.error->message.find("incident 7"), std::string::npos);
+  EXPECT_EQ(runner.calls, 0);
+  EXPECT_EQ(Row(out.id).status, "rejected");
+  EXPECT_TRUE(HasLine(metrics_.Render(), "kiln_rejections_total{reason=\"lockdown\"} 1"));
+  service_->SetLockdown(std::nullopt);
+  EXPECT_TRUE(service_->Run(MakeJob(), runner).response.has_value());
+  EXPECT_EQ(runner.calls, 1);
+}
+
 TEST_F(OutputAuditTest, DownloadedFilesPassTheFilterToo) {
   auto got =
       service_->FilterDownload({"acme", "k", "p"}, "default", "sess9", "d/creds.txt", "k=" + kKey);

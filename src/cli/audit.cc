@@ -117,7 +117,25 @@ int DoAudit(const AuditFlags& f) {
 
   if (f.json) {
     nlohmann::json out = nlohmann::json::array();
-    for (const auto& r : *rows) out.push_back(ToJson(r));
+    for (const auto& r : *rows) {
+      nlohmann::json j = ToJson(r);
+      // The output audit's hits of this execution: the detector and where,
+      // never the text (docs/adr/0015).
+      store::OutputHitQuery hq;
+      hq.execution_id = r.id;
+      hq.limit = 1000;
+      auto hits = (*s)->QueryOutputHits(hq);
+      if (!hits.ok()) return Fail(hits.error().ToString(), kExitFailed);
+      nlohmann::json list = nlohmann::json::array();
+      for (const auto& h : *hits) {
+        list.push_back({{"detector", h.detector},
+                        {"where", h.location},
+                        {"action", h.action},
+                        {"count", h.count}});
+      }
+      j["output_hits"] = std::move(list);
+      out.push_back(std::move(j));
+    }
     // User code may hold invalid UTF-8; replace rather than fail the dump.
     std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;

@@ -20,6 +20,8 @@ void RegisterServe(CLI::App& app, Action* action);
 void RegisterDoctor(CLI::App& app, Action* action);
 void RegisterKeys(CLI::App& app, Action* action);
 void RegisterAudit(CLI::App& app, Action* action);
+void RegisterEvents(CLI::App& app, Action* action);
+void RegisterLockdown(CLI::App& app, Action* action);
 void RegisterMcp(CLI::App& app, Action* action);
 void RegisterPoolBench(CLI::App& app, Action* action);  // hidden; cli/pool.cc
 

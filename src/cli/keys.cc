@@ -24,6 +24,7 @@ struct KeysFlags {
   std::string tenant;
   std::string id;
   bool json = false;
+  bool admin = false;
 };
 
 int Fail(const char* cmd, const std::string& message, int code) {
@@ -39,18 +40,21 @@ Result<std::unique_ptr<store::Store>> OpenStore(const KeysFlags& f, bool create)
 }
 
 int DoCreate(const KeysFlags& f) {
-  if (!store::IsValidTenant(f.tenant)) {
+  if (f.tenant.empty() && !f.admin) return Fail("create", "--tenant is required", kExitUsage);
+  const std::string tenant = f.tenant.empty() ? "admin" : f.tenant;
+  if (!store::IsValidTenant(tenant)) {
     return Fail("create", "--tenant: '" + f.tenant + "': use 1-64 characters of A-Z a-z 0-9 . _ -",
                 kExitUsage);
   }
   auto s = OpenStore(f, /*create=*/true);
   if (!s.ok()) return Fail("create", s.error().ToString(), kExitFailed);
-  auto key = (*s)->CreateKey(f.tenant);
+  auto key = (*s)->CreateKey(tenant, f.admin);
   if (!key.ok()) return Fail("create", key.error().ToString(), kExitFailed);
   // stdout is the key alone, for `KEY=$(kiln keys create ...)`.
   std::cout << key->key << "\n" << std::flush;
-  std::cerr << "kiln: created key " << key->info.id << " for tenant " << key->info.tenant << " in "
-            << (*s)->path() << "; it is shown only this once\n";
+  std::cerr << "kiln: created " << (f.admin ? "admin key " : "key ") << key->info.id
+            << " for tenant " << key->info.tenant << " in " << (*s)->path()
+            << "; it is shown only this once\n";
   return 0;
 }
 
@@ -72,15 +76,16 @@ int DoList(const KeysFlags& f) {
                      {"tenant", k.tenant},
                      {"created", store::FormatTimeMs(k.created_ms, true)},
                      {"revoked", time_or_null(k.revoked_ms)},
-                     {"last_used", time_or_null(k.last_used_ms)}});
+                     {"last_used", time_or_null(k.last_used_ms)},
+                     {"admin", k.admin}});
     }
     std::cout << out.dump() << "\n";
     return 0;
   }
   std::vector<std::vector<std::string>> rows = {
-      {"ID", "TENANT", "CREATED", "LAST USED", "REVOKED"}};
+      {"ID", "TENANT", "ROLE", "CREATED", "LAST USED", "REVOKED"}};
   for (const auto& k : *keys) {
-    rows.push_back({k.id, k.tenant, store::FormatTimeMs(k.created_ms),
+    rows.push_back({k.id, k.tenant, k.admin ? "admin" : "tenant", store::FormatTimeMs(k.created_ms),
                     time_or(k.last_used_ms, false), time_or(k.revoked_ms, false)});
   }
   PrintTable(rows);
@@ -118,8 +123,12 @@ void RegisterKeys(CLI::App& app, Action* action) {
 
   CLI::App* create = keys->add_subcommand(
       "create", "Create a key for a tenant; prints the key alone on stdout (shown once)");
-  create->add_option("--tenant", flags->tenant, "Tenant the key acts for ([A-Za-z0-9._-], 1-64)")
-      ->required();
+  create->add_option("--tenant", flags->tenant,
+                     "Tenant the key acts for ([A-Za-z0-9._-], 1-64); required unless --admin "
+                     "(then 'admin')");
+  create->add_flag("--admin", flags->admin,
+                   "An admin key: it may also use /v1/admin/* (events, tenants, quarantine, "
+                   "lockdown, revocation), which tenants' keys never reach (404)");
   AddDataDir(create, flags.get());
   create->callback([flags, action] { *action = [flags] { return DoCreate(*flags); }; });
 

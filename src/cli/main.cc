@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   kiln::cli::RegisterDoctor(app, &action);
   kiln::cli::RegisterKeys(app, &action);
   kiln::cli::RegisterAudit(app, &action);
+  kiln::cli::RegisterEvents(app, &action);
+  kiln::cli::RegisterLockdown(app, &action);
   kiln::cli::RegisterMcp(app, &action);
   kiln::cli::RegisterPoolBench(app, &action);
   try {

@@ -130,8 +130,11 @@ int DoLocal(const McpFlags& f) {
 
   int code = 0;
   {
-    // Locally there is no audit log, admission or /metrics: cells only run.
-    executions::Service executions(executions::Deps{});
+    // Locally there is no audit log, admission or /metrics: cells only run,
+    // their output through the profile's output audit.
+    executions::Deps exec_deps;
+    exec_deps.config = &cfg;
+    executions::Service executions(exec_deps);
     sessions::SessionManager manager(sessions::Deps{&cfg, spawner->get(), &executions});
     manager.Start();
     sessions::SessionOptions options;

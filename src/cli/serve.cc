@@ -9,6 +9,8 @@
 #include <iostream>
 #include <thread>
 
+#include "admin/alerts.h"
+#include "admin/controls.h"
 #include "admission/admission.h"
 #include "base/log.h"
 #include "cli/commands.h"
@@ -136,7 +138,10 @@ int DoServe(const ServeFlags& f) {
   if (!admission.ok()) return Fail(admission.error().ToString());
   metrics::Metrics metrics;
 
+  // Security events (docs/adr/0015): stored, counted, logged.
+  executions::SecurityEvents events(store->get(), &metrics);
   executions::Deps exec_deps;
+  exec_deps.events = &events;
   exec_deps.store = store->get();
   exec_deps.admission = admission->get();
   exec_deps.metrics = &metrics;
@@ -148,6 +153,15 @@ int DoServe(const ServeFlags& f) {
   session_manager.Start();
   server::Deps deps{&cfg,           store->get(), admission->get(), &metrics,
                     spawner->get(), &executions,  &session_manager, readiness};
+  deps.events = &events;
+  // Quarantines and a lockdown kept from an earlier run apply before the first request.
+  admin::Controls controls(admin::Deps{store->get(), &events, &executions, &session_manager, &cfg});
+  if (Status st = controls.Load(); !st.ok()) return Fail(st.error().ToString());
+  deps.controls = &controls;
+  // Quarantine rules and webhooks ([events] in kiln.toml); what an earlier run
+  // left in the webhook queue is delivered too.
+  admin::Alerts alerts(cfg.events, store->get(), &events, &controls);
+  alerts.Start();
   auto server = server::HttpServer::Bind(cfg.server.listen, deps);
   if (!server.ok()) return Fail(server.error().ToString());
   (*server)->Start();
@@ -163,6 +177,7 @@ int DoServe(const ServeFlags& f) {
   std::thread pruner([&] {
     for (int tick = 0; !done; ++tick) {
       std::this_thread::sleep_for(std::chrono::seconds(1));
+      controls.Refresh();  // `kiln lockdown on|off` writes the store; the server follows
       if (tick % 3600 != 3599) continue;
       const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
                               std::chrono::system_clock::now().time_since_epoch())

@@ -39,6 +39,35 @@ struct IoSpec {
   std::optional<uint64_t> write_iops;
 };
 
+// Output audit (docs/adr/0015-output-audit-and-security-events.md): what the
+// server does with a detector's match in what a sandbox sends back.
+enum class AuditAction { kFlag, kRedact, kBlock };
+std::string_view ToString(AuditAction a);  // "flag", "redact", "block"
+
+// One detector: an RE2 pattern (bytes, Latin-1: `.` is any byte) and the
+// longest text it can match, which bounds how much streamed output may be held
+// back while a match could still be forming.
+struct OutputDetector {
+  std::string name;
+  std::string regex;
+  uint64_t max_length = 1024;
+  AuditAction action = AuditAction::kRedact;
+};
+
+// [profiles.NAME.output_audit], resolved: the built-ins it names, then its own
+// patterns, each with its action. No table: kDefaultDetectors, redacted.
+struct OutputAuditSpec {
+  bool enabled = true;
+  std::vector<OutputDetector> detectors;
+};
+
+// The built-in detectors (name, pattern, max_length; action redact).
+const std::vector<OutputDetector>& BuiltinDetectors();
+// The ones every profile has when it says nothing: the server's own API keys
+// (kiln_<id>_<secret>) and PEM private keys.
+inline constexpr std::string_view kDefaultDetectors[] = {"kiln_api_key", "pem_private_key"};
+OutputAuditSpec DefaultOutputAudit();
+
 struct Profile {
   std::string name;
   std::string interpreter = "/usr/bin/python3";
@@ -51,6 +80,7 @@ struct Profile {
   LimitSpec max;
   IoSpec io;
   bool pool = true;  // `pool = false`: the server never uses a zygote for it
+  OutputAuditSpec output_audit = DefaultOutputAudit();
 };
 
 // Per-tenant admission limits ([tenants.NAME]; [tenants.default] applies to
@@ -107,6 +137,39 @@ struct PoolConfig {
   std::vector<std::string> preload = {"numpy", "pandas", "matplotlib"};
 };
 
+// [events] (docs/api.md, "Security events"): what the server does with its
+// security events besides storing them.
+// The kinds' names (executions::EventKind's; a unit test keeps them equal).
+inline constexpr std::string_view kEventKindNames[] = {
+    "seccomp_kill",    "import_violation", "pids_limit",    "memory_kills",   "output_flood",
+    "output_audit",    "protocol_error",   "auth_failures", "sigkill_needed", "tenant_quarantined",
+    "tenant_released", "lockdown",         "admin_action"};
+
+// [[events.quarantine]]: `count` events of `kinds` from one tenant within
+// `window_s` quarantine it (until an operator releases it).
+struct QuarantineRule {
+  std::string name;
+  std::vector<std::string> kinds;
+  int count = 3;
+  double window_s = 600;
+};
+
+// [[events.webhook]]: a signed POST of each event (of `kinds`; empty: all) to
+// `url` (http://HOST:PORT/PATH), from a durable queue, retried with backoff;
+// at most `max_per_minute` events of one kind per minute (the rest dropped).
+struct WebhookConfig {
+  std::string name;
+  std::string url;
+  std::string secret;  // HMAC-SHA256 key
+  std::vector<std::string> kinds;
+  int max_per_minute = 10;
+};
+
+struct EventsConfig {
+  std::vector<QuarantineRule> quarantine;
+  std::vector<WebhookConfig> webhooks;
+};
+
 struct Config {
   std::string source;  // file name, or "built-in"
   std::string text;    // the TOML it was parsed from (a restarted spawner parses it again)
@@ -114,6 +177,7 @@ struct Config {
   ServerConfig server;
   PoolConfig pool;
   std::map<std::string, TenantConfig> tenants;  // "default" always present
+  EventsConfig events;
   Result<const Profile*> Find(std::string_view name) const;
   // The tenant's limits, or [tenants.default]'s.
   const TenantConfig& Tenant(const std::string& name) const;

@@ -226,6 +226,113 @@ pool = false
 
 // Durations past what the clocks they become hold used to be accepted (found
 // by fuzz/config_fuzzer.cc).
+TEST(Config, OutputAuditDefaultsToTheServersKeysAndPrivateKeysRedacted) {
+  for (const auto& [name, p] : BuiltinConfig().profiles) {
+    EXPECT_TRUE(p.output_audit.enabled) << name;
+    ASSERT_EQ(p.output_audit.detectors.size(), 2u) << name;
+    EXPECT_EQ(p.output_audit.detectors[0].name, "kiln_api_key");
+    EXPECT_EQ(p.output_audit.detectors[1].name, "pem_private_key");
+    for (const auto& d : p.output_audit.detectors) EXPECT_EQ(d.action, AuditAction::kRedact);
+  }
+}
+
+TEST(Config, OutputAuditPerProfile) {
+  auto c = ParseConfig(R"(
+[profiles.a.output_audit]
+action = "flag"
+detectors = ["kiln_api_key", "aws_access_key_id", "jwt"]
+actions = { jwt = "block" }
+[profiles.a.output_audit.patterns]
+internal_host = "db[0-9]+\\.corp\\.example"
+ticket = { regex = "TKT-[0-9]{8}", action = "redact", max_length = 12 }
+[profiles.b.output_audit]
+enabled = false
+)",
+                       "t.toml");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  const auto& a = c->profiles.at("a").output_audit;
+  ASSERT_EQ(a.detectors.size(), 5u);
+  EXPECT_EQ(a.detectors[0].name, "kiln_api_key");
+  EXPECT_EQ(a.detectors[0].action, AuditAction::kFlag);
+  EXPECT_EQ(a.detectors[2].name, "jwt");
+  EXPECT_EQ(a.detectors[2].action, AuditAction::kBlock);
+  EXPECT_EQ(a.detectors[3].name, "internal_host");
+  EXPECT_EQ(a.detectors[3].action, AuditAction::kFlag);
+  EXPECT_EQ(a.detectors[3].max_length, 1024u);
+  EXPECT_EQ(a.detectors[4].name, "ticket");
+  EXPECT_EQ(a.detectors[4].action, AuditAction::kRedact);
+  EXPECT_EQ(a.detectors[4].max_length, 12u);
+  EXPECT_FALSE(c->profiles.at("b").output_audit.enabled);
+}
+
+TEST(Config, OutputAuditErrorsNameTheKey) {
+  struct Case {
+    const char* toml;
+    const char* key;
+  } cases[] = {
+      {"[profiles.a.output_audit]\naction = \"hide\"\n", "profiles.a.output_audit.action"},
+      {"[profiles.a.output_audit]\ndetectors = [\"passwords\"]\n",
+       "profiles.a.output_audit.detectors"},
+      {"[profiles.a.output_audit]\nsecrets = 1\n", "profiles.a.output_audit.secrets"},
+      {"[profiles.a.output_audit.patterns]\nx = \"(unclosed\"\n",
+       "profiles.a.output_audit.patterns.x"},
+      {"[profiles.a.output_audit.patterns]\nx = \"a*\"\n", "profiles.a.output_audit.patterns.x"},
+      {"[profiles.a.output_audit.patterns]\njwt = \"abc\"\n",
+       "profiles.a.output_audit.patterns.jwt"},
+      {"[profiles.a.output_audit.patterns]\nx = { regex = \"abc\", max_length = 0 }\n",
+       "profiles.a.output_audit.patterns.x.max_length"},
+      {"[profiles.a.output_audit.actions]\nnope = \"flag\"\n",
+       "profiles.a.output_audit.actions.nope"},
+  };
+  for (const auto& c : cases) {
+    auto r = ParseConfig(c.toml, "t.toml");
+    ASSERT_FALSE(r.ok()) << c.toml;
+    EXPECT_NE(r.error().message.find(c.key), std::string::npos) << r.error().message;
+  }
+}
+
+TEST(Config, EventsRulesAndWebhooks) {
+  auto c = ParseConfig(R"(
+[profiles.a]
+[[events.quarantine]]
+name = "escapes"
+kinds = ["seccomp_kill", "protocol_error"]
+count = 2
+window = "5m"
+[[events.webhook]]
+url = "http://127.0.0.1:9000/hook"
+secret = "0123456789abcdef"
+kinds = ["lockdown"]
+max_per_minute = 5
+)",
+                       "t.toml");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  ASSERT_EQ(c->events.quarantine.size(), 1u);
+  EXPECT_EQ(c->events.quarantine[0].name, "escapes");
+  EXPECT_EQ(c->events.quarantine[0].count, 2);
+  EXPECT_EQ(c->events.quarantine[0].window_s, 300);
+  ASSERT_EQ(c->events.webhooks.size(), 1u);
+  EXPECT_EQ(c->events.webhooks[0].name, "webhook1");
+  EXPECT_EQ(c->events.webhooks[0].max_per_minute, 5);
+  struct Case {
+    const char* toml;
+    const char* key;
+  } bad[] = {
+      {"[[events.quarantine]]\nkinds = [\"volcano\"]\n", "events.quarantine[0].kinds"},
+      {"[[events.quarantine]]\ncount = 3\n", "events.quarantine[0]"},
+      {"[[events.webhook]]\nurl = \"https://x/h\"\nsecret = \"0123456789abcdef\"\n",
+       "events.webhook[0].url"},
+      {"[[events.webhook]]\nurl = \"http://x/h\"\nsecret = \"short\"\n",
+       "events.webhook[0].secret"},
+      {"[events]\nalarms = 1\n", "events.alarms"},
+  };
+  for (const auto& b : bad) {
+    auto r = ParseConfig(std::string("[profiles.a]\n") + b.toml, "t.toml");
+    ASSERT_FALSE(r.ok()) << b.toml;
+    EXPECT_NE(r.error().message.find(b.key), std::string::npos) << r.error().message;
+  }
+}
+
 TEST(Config, DurationsAreFiniteAndBounded) {
   struct Case {
     const char* toml;

@@ -1,5 +1,6 @@
 #include "executions/service.h"
 
+#include <re2/re2.h>
 #include <sys/socket.h>
 
 #include <cstdlib>
@@ -48,19 +49,184 @@ store::AuditFinish AuditFinishFromResult(const std::string& id, int64_t ended_ms
 }
 
 Result<spawner::ExecResponse> SpawnerRunner::Run(const std::string& id,
-                                                 const spawner::CancelToken& cancel) {
+                                                 const spawner::CancelToken& cancel,
+                                                 const spawner::EventFn& on_event) {
   exec_->id = id;
-  return spawner_->Run(*exec_, &cancel, hangup_fd_, on_event_);
+  return spawner_->Run(*exec_, &cancel, hangup_fd_, on_event);
 }
 
 Result<spawner::ExecResponse> CellRunner::Run(const std::string& /*id*/,
-                                              const spawner::CancelToken& cancel) {
-  return channel_->Execute(code_, timeout_s_, on_event_, hangup_fd_, &cancel);
+                                              const spawner::CancelToken& cancel,
+                                              const spawner::EventFn& on_event) {
+  return channel_->Execute(code_, timeout_s_, on_event, hangup_fd_, &cancel);
+}
+
+namespace {
+
+// One execution's streamed events through its profile's output filter:
+// stdout and stderr chunk by chunk (a secret split across chunks is held
+// back until it is whole), other events (display, result, error) whole, after
+// the text before them. After a block hit nothing more is sent: the result
+// ("done") says the output was withheld.
+class FilteredEvents final {
+ public:
+  FilteredEvents(const OutputFilter* filter, const spawner::EventFn& down)
+      : filter_(filter), down_(down), out_(filter), err_(filter) {}
+
+  void operator()(std::string_view event, const nlohmann::json& data) {
+    if (blocked_) return;
+    if (event == "stdout" || event == "stderr") {
+      StreamFilter& s = event == "stdout" ? out_ : err_;
+      const auto text = data.find("text");
+      std::string sent = s.Push(text != data.end() && text->is_string()
+                                    ? std::string_view(text->get_ref<const std::string&>())
+                                    : std::string_view());
+      if (s.blocked()) {
+        blocked_ = true;
+        return;
+      }
+      if (!sent.empty()) down_(event, {{"text", std::move(sent)}});
+      return;
+    }
+    Flush();
+    if (blocked_) return;
+    nlohmann::json copy = data;
+    HitSet hits;
+    filter_->FilterJson(&copy, std::string(event), &hits);
+    if (hits.blocked()) {
+      blocked_ = true;
+      return;
+    }
+    down_(event, copy);
+  }
+
+  // What the streams still hold back.
+  void Flush() {
+    for (auto [name, s] : {std::pair<const char*, StreamFilter*>{"stdout", &out_},
+                           std::pair<const char*, StreamFilter*>{"stderr", &err_}}) {
+      if (blocked_) return;
+      std::string sent = s->Flush();
+      if (s->blocked()) {
+        blocked_ = true;
+        return;
+      }
+      if (!sent.empty()) down_(name, {{"text", std::move(sent)}});
+    }
+  }
+
+ private:
+  const OutputFilter* filter_;
+  const spawner::EventFn& down_;
+  StreamFilter out_, err_;
+  bool blocked_ = false;
+};
+
+}  // namespace
+
+Service::Service(Deps deps) : deps_(deps) {
+  if (deps_.config == nullptr) return;
+  for (const auto& [name, profile] : deps_.config->profiles) {
+    // Any secret the server knows is a detector too: the webhooks' keys.
+    config::OutputAuditSpec spec = profile.output_audit;
+    for (const auto& w : deps_.config->events.webhooks) {
+      spec.detectors.push_back({"server_secret", RE2::QuoteMeta(w.secret), w.secret.size(),
+                                config::AuditAction::kRedact});
+    }
+    auto compiled = OutputFilter::Compile(spec);
+    if (!compiled.ok()) {
+      KILN_LOG_ERROR("profile {}: {}", name, compiled.error().message);
+      filter_errors_.emplace(name, compiled.error());
+      continue;
+    }
+    filters_.emplace(name, std::move(*compiled));
+  }
+}
+
+Result<const OutputFilter*> Service::FilterFor(const std::string& profile) const {
+  if (auto it = filter_errors_.find(profile); it != filter_errors_.end()) {
+    return Internal("the output audit of profile '" + profile +
+                    "' could not be compiled: " + it->second.message);
+  }
+  auto it = filters_.find(profile);
+  return it == filters_.end() ? nullptr : it->second.get();
+}
+
+void Service::RecordHits(const Caller& caller, const std::string& profile,
+                         const std::optional<std::string>& execution_id,
+                         const std::optional<std::string>& session_id, const HitSet& hits,
+                         const std::string& key_id, const std::string& peer) {
+  if (hits.empty()) return;
+  std::string summary;
+  std::vector<store::OutputHitRow> rows;
+  const int64_t now = store::NowMs();
+  for (const OutputHit& h : hits.hits()) {
+    store::OutputHitRow r;
+    r.at_ms = now;
+    r.execution_id = execution_id;
+    r.session_id = session_id;
+    r.tenant = caller.tenant;
+    r.profile = profile;
+    r.detector = h.detector;
+    r.location = h.where;
+    r.action = std::string(config::ToString(h.action));
+    r.count = h.count;
+    if (deps_.metrics != nullptr) deps_.metrics->RecordOutputHit(r.detector, r.action, h.count);
+    // Never the text: the detector and where.
+    KILN_LOG_WARN("output audit: {}={} tenant={} detector={} where={} action={} count={}",
+                  execution_id ? "execution" : "session",
+                  execution_id ? *execution_id : session_id.value_or("-"), caller.tenant,
+                  r.detector, r.location, r.action, r.count);
+    if (summary.size() < 400) {
+      summary +=
+          (summary.empty() ? "" : ", ") + r.detector + " in " + r.location + " (" + r.action + ")";
+    }
+    rows.push_back(std::move(r));
+  }
+  if (deps_.events != nullptr) {
+    SecurityEvent e;
+    e.kind = EventKind::kOutputAudit;
+    e.tenant = caller.tenant;
+    e.key_id = key_id;
+    e.execution_id = execution_id;
+    e.session_id = session_id;
+    e.client_addr = peer;
+    e.detail = "output audit: " + summary;
+    deps_.events->Record(e);
+  }
+  if (deps_.store != nullptr) {
+    if (Status st = deps_.store->RecordOutputHits(rows); !st.ok()) {
+      KILN_LOG_ERROR("audit log: output hits: {}", st.error().ToString());
+    }
+  }
+}
+
+Result<std::string> Service::FilterDownload(const Caller& caller, const std::string& profile,
+                                            const std::string& session_id, const std::string& path,
+                                            std::string bytes) {
+  KILN_ASSIGN_OR_RETURN(const OutputFilter* filter, FilterFor(profile));
+  if (filter == nullptr || !filter->Matches(bytes)) return bytes;
+  HitSet hits;
+  std::string filtered = filter->Filter(bytes, "files/" + path, &hits);
+  RecordHits(caller, profile, std::nullopt, session_id, hits, caller.key_id, caller.peer);
+  if (hits.blocked()) {
+    return WithApiCode(
+        MakeError(Code::kPermissionDenied,
+                  "the file was withheld by the output audit of profile '" + profile + "'"),
+        "output_blocked", "path");
+  }
+  return filtered;
 }
 
 Outcome Service::Run(const Job& job, Runner& runner, spawner::CancelToken* cancel) {
   Outcome out;
   out.id = NewId();
+  // The profile's output filter, before anything runs: one that could not be
+  // compiled fails its executions (closed), never lets output through.
+  auto filter = FilterFor(job.profile);
+  if (!filter.ok()) {
+    out.error = filter.error();
+    return out;
+  }
   store::AuditStart audit;
   audit.id = out.id;
   audit.tenant = job.caller.tenant;
@@ -71,6 +237,14 @@ Outcome Service::Run(const Job& job, Runner& runner, spawner::CancelToken* cance
   audit.code = job.code;
   audit.store_code = deps_.store_code;
   audit.client_addr = job.caller.peer;
+  // A lockdown refuses every new execution (docs/api.md, "Operator controls"):
+  // audited "rejected" and counted as admission's refusals are.
+  if (auto reason = lockdown()) {
+    if (deps_.metrics != nullptr) deps_.metrics->RecordRejection("lockdown");
+    AuditRejected(deps_.store, audit, "lockdown: " + *reason);
+    out.error = LockdownError(*reason);
+    return out;
+  }
 
   std::optional<admission::Permit> permit;
   if (deps_.admission != nullptr) {
@@ -100,7 +274,7 @@ Outcome Service::Run(const Job& job, Runner& runner, spawner::CancelToken* cance
   if (cancel == nullptr) cancel = &own.emplace();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    running_.insert(cancel);
+    running_.emplace(cancel, job.caller.tenant);
   }
   auto set_active = [this] {
     if (deps_.metrics != nullptr && deps_.admission != nullptr)
@@ -108,7 +282,16 @@ Outcome Service::Run(const Job& job, Runner& runner, spawner::CancelToken* cance
   };
   set_active();
   out.ran = true;
-  auto response = runner.Run(out.id, *cancel);
+  std::optional<FilteredEvents> filtered;
+  spawner::EventFn events = job.on_event;
+  if (job.on_event && *filter != nullptr) {
+    filtered.emplace(*filter, job.on_event);
+    events = [&filtered](std::string_view event, const nlohmann::json& data) {
+      (*filtered)(event, data);
+    };
+  }
+  auto response = runner.Run(out.id, *cancel, events);
+  if (filtered) filtered->Flush();
   {
     std::lock_guard<std::mutex> lock(mu_);
     running_.erase(cancel);
@@ -125,6 +308,12 @@ Outcome Service::Run(const Job& job, Runner& runner, spawner::CancelToken* cance
     f.reason = response.error().ToString();
     out.error = std::move(response).error();
   } else {
+    if (*filter != nullptr) {
+      HitSet hits;
+      (*filter)->FilterResult(&response->result, &response->files, &hits);
+      RecordHits(job.caller, job.profile, out.id, job.session_id, hits, job.caller.key_id,
+                 job.caller.peer);
+    }
     f = AuditFinishFromResult(out.id, store::NowMs(), response->result);
     if (deps_.metrics != nullptr)
       deps_.metrics->RecordExecution(f.status, job.profile, f.duration_ms / 1e3);
@@ -135,6 +324,11 @@ Outcome Service::Run(const Job& job, Runner& runner, spawner::CancelToken* cance
     if (Status st = deps_.store->FinishExecution(f); !st.ok()) {
       KILN_LOG_ERROR("audit log: {}", st.error().ToString());
     }
+  }
+  // What the result shows of the program's behaviour (docs/adr/0015).
+  if (deps_.events != nullptr && out.response) {
+    deps_.events->FromResult(job.caller.tenant, job.caller.key_id, job.caller.peer, out.id,
+                             job.session_id, out.response->result);
   }
   if (job.session_id) {
     KILN_LOG_INFO("execution id={} session={} tenant={} profile={} status={} duration_ms={:.1f}",
@@ -193,7 +387,8 @@ Outcome Service::RunOneShot(spawner::ExecRequest& exec, const Caller& caller, in
   job.code = exec.code;
   job.hangup_fd = hangup_fd;
   job.request_id = request_id;
-  SpawnerRunner runner(deps_.spawner, &exec, hangup_fd, on_event);
+  job.on_event = on_event;
+  SpawnerRunner runner(deps_.spawner, &exec, hangup_fd);
   out = Run(job, runner);
   exec.id = out.id;
   return out;
@@ -208,7 +403,29 @@ bool Service::Drain(std::chrono::milliseconds grace) {
 
 void Service::CancelRunning() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto* token : running_) token->Cancel();
+  for (auto& [token, tenant] : running_) token->Cancel();
+}
+
+void Service::CancelTenant(const std::string& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [token, t] : running_) {
+    if (t == tenant) token->Cancel();
+  }
+}
+
+void Service::SetLockdown(std::optional<std::string> reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  lockdown_ = std::move(reason);
+}
+
+std::optional<std::string> Service::lockdown() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lockdown_;
+}
+
+Error Service::LockdownError(const std::string& reason) {
+  return WithApiCode(MakeError(Code::kUnavailable, "the server is in lockdown: " + reason),
+                     "lockdown");
 }
 
 bool Service::WaitIdle(std::chrono::milliseconds timeout) {

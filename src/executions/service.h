@@ -6,10 +6,17 @@
 //   front-end -> Service::Run(job, runner)
 //                  admission (429/503 are a Rejection, audited "rejected", counted)
 //                  audit row "running"
-//                  runner.Run(id, cancel)   <- the seam: a Spawner job, a session's
-//                                              channel, or a test's fake
+//                  runner.Run(id, cancel, events)  <- the seam: a Spawner job, a
+//                                          session's channel, or a test's fake;
+//                                          its events pass the output filter
+//                  the result and its files pass the output filter; its hits
+//                  are recorded (docs/adr/0015)
 //                  audit row finished (the result's status, or "internal_error" /
 //                  "rejected" when the runner failed), metrics, one log line
+//
+// The output audit is here because everything a sandbox sends back passes
+// here: results, streamed events (SSE, MCP's progress), returned files, and
+// (FilterDownload) the files a session's client downloads.
 //
 // The service sits below sessions, MCP and the HTTP server: they call it, it
 // calls none of them. It knows every running execution's cancel token, so a
@@ -21,6 +28,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -30,6 +39,8 @@
 #include "admission/admission.h"
 #include "base/result.h"
 #include "config/config.h"
+#include "executions/output_filter.h"
+#include "executions/security_events.h"
 #include "metrics/metrics.h"
 #include "spawner/spawner.h"
 #include "store/store.h"
@@ -51,6 +62,7 @@ struct Job {
   std::string code;                       // audited (or only its hash: Deps::store_code)
   int hangup_fd = -1;                     // the client's socket: hanging up while queued gives up
   std::string request_id;                 // for the log line (one-shots)
+  spawner::EventFn on_event;              // streamed events (after the output filter)
 };
 
 // What actually runs the code: the seam of the service (fakes in tests).
@@ -60,8 +72,10 @@ class Runner {
   // Runs execution `id` to its end. `cancel` firing kills it (the result
   // then says "cancelled"). An error: the call failed (nothing ran: a bad
   // request, kInvalidArgument; or the sandbox's process was lost).
+  // `on_event` (maybe empty): where its streamed events go.
   virtual Result<spawner::ExecResponse> Run(const std::string& id,
-                                            const spawner::CancelToken& cancel) = 0;
+                                            const spawner::CancelToken& cancel,
+                                            const spawner::EventFn& on_event) = 0;
 };
 
 struct Outcome {
@@ -76,15 +90,17 @@ struct Deps {
   store::Store* store = nullptr;                        // optional: no audit rows
   admission::AdmissionController* admission = nullptr;  // optional: not admitted
   metrics::Metrics* metrics = nullptr;                  // optional
+  SecurityEvents* events = nullptr;                     // optional: what results show
   bool store_code = true;                               // server.store_code
-  // One-shot executions only (RunOneShot).
+  // The profiles (their output audit; RunOneShot's limits). None: no filter.
   const config::Config* config = nullptr;
   spawner::Spawner* spawner = nullptr;
 };
 
 class Service final {
  public:
-  explicit Service(Deps deps) : deps_(deps) {}
+  // Compiles each profile's output filter.
+  explicit Service(Deps deps);
   Service(const Service&) = delete;
   Service& operator=(const Service&) = delete;
 
@@ -106,32 +122,57 @@ class Service final {
   bool Drain(std::chrono::milliseconds grace);
   // Cancels every running execution.
   void CancelRunning();
+  // Cancels the tenant's running executions (a quarantine).
+  void CancelTenant(const std::string& tenant);
+  // Lockdown (docs/api.md, "Operator controls"): with a reason, every new
+  // execution is refused (kUnavailable, api code "lockdown"); nullopt lifts it.
+  // Running ones are the caller's to cancel.
+  void SetLockdown(std::optional<std::string> reason);
+  std::optional<std::string> lockdown() const;
+  // The error a refused execution or session gets during a lockdown.
+  static Error LockdownError(const std::string& reason);
   // Waits until none runs, for at most `timeout`. True if none does.
   bool WaitIdle(std::chrono::milliseconds timeout);
   size_t running() const;
 
+  // A file a session's client downloads, through the profile's output
+  // filter; hits are recorded with the session's id. A block hit:
+  // kPermissionDenied, api code "output_blocked" (HTTP 403).
+  Result<std::string> FilterDownload(const Caller& caller, const std::string& profile,
+                                     const std::string& session_id, const std::string& path,
+                                     std::string bytes);
+
  private:
+  // The profile's filter: nullptr when its audit is off (or no config); an
+  // error when it could not be compiled (its executions then fail closed).
+  Result<const OutputFilter*> FilterFor(const std::string& profile) const;
+  void RecordHits(const Caller& caller, const std::string& profile,
+                  const std::optional<std::string>& execution_id,
+                  const std::optional<std::string>& session_id, const HitSet& hits,
+                  const std::string& key_id, const std::string& peer);
+
   const Deps deps_;
+  std::map<std::string, std::unique_ptr<const OutputFilter>> filters_;
+  std::map<std::string, Error> filter_errors_;
   mutable std::mutex mu_;
   std::condition_variable idle_;
-  std::set<spawner::CancelToken*> running_;  // executions in flight
+  std::map<spawner::CancelToken*, std::string> running_;  // executions in flight -> tenant
+  std::optional<std::string> lockdown_;                   // guarded by mu_
 };
 
 // The Runner of one-shot executions: a job of the spawner.
 class SpawnerRunner final : public Runner {
  public:
   // All outlive the runner.
-  SpawnerRunner(spawner::Spawner* spawner, spawner::ExecRequest* exec, int hangup_fd,
-                const spawner::EventFn& on_event)
-      : spawner_(spawner), exec_(exec), hangup_fd_(hangup_fd), on_event_(on_event) {}
-  Result<spawner::ExecResponse> Run(const std::string& id,
-                                    const spawner::CancelToken& cancel) override;
+  SpawnerRunner(spawner::Spawner* spawner, spawner::ExecRequest* exec, int hangup_fd)
+      : spawner_(spawner), exec_(exec), hangup_fd_(hangup_fd) {}
+  Result<spawner::ExecResponse> Run(const std::string& id, const spawner::CancelToken& cancel,
+                                    const spawner::EventFn& on_event) override;
 
  private:
   spawner::Spawner* spawner_;
   spawner::ExecRequest* exec_;
   int hangup_fd_;
-  const spawner::EventFn& on_event_;
 };
 
 // The Runner of a session's cell: its supervisor's channel.
@@ -139,20 +180,15 @@ class CellRunner final : public Runner {
  public:
   // All outlive the runner.
   CellRunner(spawner::SessionChannel* channel, const std::string& code, double timeout_s,
-             const spawner::EventFn& on_event, int hangup_fd)
-      : channel_(channel),
-        code_(code),
-        timeout_s_(timeout_s),
-        on_event_(on_event),
-        hangup_fd_(hangup_fd) {}
-  Result<spawner::ExecResponse> Run(const std::string& id,
-                                    const spawner::CancelToken& cancel) override;
+             int hangup_fd)
+      : channel_(channel), code_(code), timeout_s_(timeout_s), hangup_fd_(hangup_fd) {}
+  Result<spawner::ExecResponse> Run(const std::string& id, const spawner::CancelToken& cancel,
+                                    const spawner::EventFn& on_event) override;
 
  private:
   spawner::SessionChannel* channel_;
   const std::string& code_;
   double timeout_s_;
-  const spawner::EventFn& on_event_;
   int hangup_fd_;
 };
 

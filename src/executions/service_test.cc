@@ -13,6 +13,7 @@
 #include <future>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "testlib/temp_dir.h"
 
@@ -35,13 +36,18 @@ class FakeRunner final : public Runner {
  public:
   using Fn = std::function<Result<spawner::ExecResponse>(const spawner::CancelToken&)>;
   explicit FakeRunner(Fn fn) : fn_(std::move(fn)) {}
-  Result<spawner::ExecResponse> Run(const std::string& id,
-                                    const spawner::CancelToken& cancel) override {
+  Result<spawner::ExecResponse> Run(const std::string& id, const spawner::CancelToken& cancel,
+                                    const spawner::EventFn& on_event) override {
     ++calls;
     seen_id = id;
     seen_cancel = &cancel;
+    // The events a supervisor would stream, in order, before the result.
+    if (on_event) {
+      for (const auto& [event, data] : emit) on_event(event, data);
+    }
     return fn_(cancel);
   }
+  std::vector<std::pair<std::string, nlohmann::json>> emit;
   int calls = 0;
   std::string seen_id;
   const spawner::CancelToken* seen_cancel = nullptr;
@@ -318,6 +324,168 @@ TEST_F(ServiceTest, AOneShotOverItsProfileIsRefusedBeforeAQueueSlot) {
   EXPECT_FALSE(out.ran);
   EXPECT_EQ(Rows(), 0u);  // refused requests take no slot and write no row
   EXPECT_EQ(admission_->active(), 0);
+}
+
+// --- Output audit (docs/adr/0015) ----------------------------------------------
+
+const std::string kKey = "kiln_00112233aabb_" + std::string(43, 'Z');
+
+constexpr const char* kAuditToml = R"(
+[profiles.default]
+[profiles.flagged.output_audit]
+action = "flag"
+[profiles.blocking.output_audit]
+action = "block"
+[profiles.off.output_audit]
+enabled = false
+)";
+
+class OutputAuditTest : public ServiceTest {
+ protected:
+  void SetUp() override {
+    ServiceTest::SetUp();
+    auto parsed = config::ParseConfig(kAuditToml, "test.toml");
+    ASSERT_TRUE(parsed.ok()) << parsed.error().message;
+    config_ = std::move(*parsed);
+    Deps deps;
+    deps.store = store_.get();
+    deps.admission = admission_.get();
+    deps.metrics = &metrics_;
+    deps.config = &config_;
+    service_ = std::make_unique<Service>(deps);
+  }
+
+  static Job JobFor(const std::string& profile, spawner::EventFn on_event = {}) {
+    Job job = MakeJob();
+    job.profile = profile;
+    job.on_event = std::move(on_event);
+    return job;
+  }
+
+  std::vector<store::OutputHitRow> Hits() {
+    auto hits = store_->QueryOutputHits({});
+    EXPECT_TRUE(hits.ok());
+    return hits.ok() ? *hits : std::vector<store::OutputHitRow>{};
+  }
+
+  config::Config config_;
+};
+
+TEST_F(OutputAuditTest, AResultIsRedactedAndItsHitsRecordedWithoutTheSecret) {
+  FakeRunner runner(Returns({{"status", "ok"}, {"stdout", "key " + kKey + "\n"}, {"stderr", ""}}));
+  Outcome out = service_->Run(JobFor("default"), runner);
+  ASSERT_TRUE(out.response.has_value());
+  EXPECT_EQ(out.response->result["stdout"], "key [REDACTED:kiln_api_key]\n");
+  EXPECT_EQ(out.response->result["output_audit"]["hits"][0]["detector"], "kiln_api_key");
+  const auto hits = Hits();
+  ASSERT_EQ(hits.size(), 1u);
+  EXPECT_EQ(hits[0].execution_id, out.id);
+  EXPECT_EQ(hits[0].tenant, "acme");
+  EXPECT_EQ(hits[0].detector, "kiln_api_key");
+  EXPECT_EQ(hits[0].location, "stdout");
+  EXPECT_EQ(hits[0].action, "redact");
+  EXPECT_TRUE(
+      HasLine(metrics_.Render(),
+              "kiln_output_audit_hits_total{action=\"redact\",detector=\"kiln_api_key\"} 1"))
+      << metrics_.Render();
+  // The audit row says what was sent: the redacted text's size.
+  EXPECT_EQ(Row(out.id).stdout_bytes, std::string("key [REDACTED:kiln_api_key]\n").size());
+}
+
+TEST_F(OutputAuditTest, StreamedChunksNeverCarryASecretSplitBetweenThem) {
+  std::vector<std::pair<std::string, nlohmann::json>> seen;
+  auto on_event = [&seen](std::string_view event, const nlohmann::json& data) {
+    seen.emplace_back(std::string(event), data);
+  };
+  const std::string text = "token=" + kKey + "\nbye\n";
+  FakeRunner runner(Returns({{"status", "ok"}, {"stdout", text}, {"stderr", ""}}));
+  runner.emit = {
+      {"stdout", {{"text", text.substr(0, 20)}}},
+      {"stdout", {{"text", text.substr(20, 30)}}},
+      {"stderr", {{"text", "warn\n"}}},
+      {"stdout", {{"text", text.substr(50)}}},
+      {"display", {{"output_type", "display_data"}, {"data", {{"text/plain", "x" + kKey}}}}}};
+  Outcome out = service_->Run(JobFor("default", on_event), runner);
+  ASSERT_TRUE(out.response.has_value());
+  std::string streamed;
+  for (const auto& [event, data] : seen) {
+    EXPECT_EQ(data.dump().find("ZZZZ"), std::string::npos) << event << ": " << data.dump();
+    if (event == "stdout") streamed += data["text"].get<std::string>();
+  }
+  EXPECT_EQ(streamed, "token=[REDACTED:kiln_api_key]\nbye\n");
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.back().first, "display");
+  EXPECT_EQ(seen.back().second["data"]["text/plain"], "x[REDACTED:kiln_api_key]");
+  EXPECT_EQ(out.response->result["stdout"], streamed);
+}
+
+TEST_F(OutputAuditTest, FlagKeepsTheTextAndRecordsTheHit) {
+  FakeRunner runner(Returns({{"status", "ok"}, {"stdout", kKey}, {"stderr", ""}}));
+  Outcome out = service_->Run(JobFor("flagged"), runner);
+  ASSERT_TRUE(out.response.has_value());
+  EXPECT_EQ(out.response->result["stdout"], kKey);
+  EXPECT_FALSE(out.response->result.contains("output_audit"));
+  const auto hits = Hits();
+  ASSERT_EQ(hits.size(), 1u);
+  EXPECT_EQ(hits[0].action, "flag");
+}
+
+TEST_F(OutputAuditTest, BlockWithholdsTheStreamAndTheResult) {
+  std::vector<std::string> texts;
+  auto on_event = [&texts](std::string_view, const nlohmann::json& data) {
+    texts.push_back(data.value("text", ""));
+  };
+  FakeRunner runner(
+      Returns({{"status", "ok"}, {"exit_code", 0}, {"stdout", "a\n" + kKey}, {"stderr", ""}}));
+  runner.emit = {{"stdout", {{"text", "a\n"}}},
+                 {"stdout", {{"text", kKey.substr(0, 40)}}},
+                 {"stdout", {{"text", kKey.substr(40)}}},
+                 {"stdout", {{"text", "more\n"}}}};
+  Outcome out = service_->Run(JobFor("blocking", on_event), runner);
+  ASSERT_TRUE(out.response.has_value());
+  EXPECT_EQ(texts, std::vector<std::string>{"a\n"});  // nothing after the hit
+  EXPECT_EQ(out.response->result["status"], "ok");
+  EXPECT_EQ(out.response->result["stdout"], "");
+  EXPECT_EQ(out.response->result["output_audit"]["blocked"], true);
+}
+
+TEST_F(OutputAuditTest, AnOffProfileSendsEverythingAsItIs) {
+  FakeRunner runner(Returns({{"status", "ok"}, {"stdout", kKey}, {"stderr", ""}}));
+  Outcome out = service_->Run(JobFor("off"), runner);
+  ASSERT_TRUE(out.response.has_value());
+  EXPECT_EQ(out.response->result["stdout"], kKey);
+  EXPECT_TRUE(Hits().empty());
+}
+
+TEST_F(ServiceTest, ALockdownRefusesAuditsAndCountsUntilLifted) {
+  FakeRunner runner(Returns({{"status", "ok"}}));
+  service_->SetLockdown("incident 7");
+  Outcome out = service_->Run(MakeJob(), runner);
+  ASSERT_TRUE(out.error.has_value());
+  EXPECT_EQ(out.error->api_code, "lockdown");
+  EXPECT_NE(out.error->message.find("incident 7"), std::string::npos);
+  EXPECT_EQ(runner.calls, 0);
+  EXPECT_EQ(Row(out.id).status, "rejected");
+  EXPECT_TRUE(HasLine(metrics_.Render(), "kiln_rejections_total{reason=\"lockdown\"} 1"));
+  service_->SetLockdown(std::nullopt);
+  EXPECT_TRUE(service_->Run(MakeJob(), runner).response.has_value());
+  EXPECT_EQ(runner.calls, 1);
+}
+
+TEST_F(OutputAuditTest, DownloadedFilesPassTheFilterToo) {
+  auto got =
+      service_->FilterDownload({"acme", "k", "p"}, "default", "sess9", "d/creds.txt", "k=" + kKey);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(*got, "k=[REDACTED:kiln_api_key]");
+  auto blocked = service_->FilterDownload({"acme", "k", "p"}, "blocking", "sess9", "id", kKey);
+  ASSERT_FALSE(blocked.ok());
+  EXPECT_EQ(blocked.error().code, Code::kPermissionDenied);
+  EXPECT_EQ(blocked.error().api_code, "output_blocked");
+  const auto hits = Hits();
+  ASSERT_EQ(hits.size(), 2u);
+  EXPECT_FALSE(hits[0].execution_id.has_value());
+  EXPECT_EQ(hits[0].session_id, "sess9");
+  EXPECT_EQ(hits[1].location, "files/d/creds.txt");
 }
 
 }  // namespace

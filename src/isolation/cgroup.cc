@@ -338,6 +338,11 @@ class CgroupV2 final : public Cgroup {
       KILN_ASSIGN_OR_RETURN(std::string events, fs_->ReadFile(events_path));
       u.oom_kills = FindKeyedValue(events, "oom_kill").value_or(0);
     }
+    std::string pids_events_path = JoinPath(dir_, "pids.events");
+    if (fs_->Exists(pids_events_path)) {
+      KILN_ASSIGN_OR_RETURN(std::string events, fs_->ReadFile(pids_events_path));
+      u.pids_max_hits = FindKeyedValue(events, "max").value_or(0);
+    }
     return u;
   }
 
@@ -476,6 +481,13 @@ class CgroupV1 final : public Cgroup {
       // The "oom_kill N" line is 4.13+; older kernels only say under_oom.
       KILN_ASSIGN_OR_RETURN(std::string oom, fs_->ReadFile(JoinPath(*dir, "memory.oom_control")));
       u.oom_kills = FindKeyedValue(oom, "oom_kill").value_or(0);
+    }
+    if (const std::string* dir = DirOf("pids")) {
+      const std::string events_path = JoinPath(*dir, "pids.events");
+      if (fs_->Exists(events_path)) {
+        KILN_ASSIGN_OR_RETURN(std::string events, fs_->ReadFile(events_path));
+        u.pids_max_hits = FindKeyedValue(events, "max").value_or(0);
+      }
     }
     return u;
   }

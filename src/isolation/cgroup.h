@@ -105,6 +105,7 @@ struct CgroupUsage {
   bool has_memory_current = false;
   uint64_t memory_current = 0;  // bytes now; v2 memory.current, v1 memory.usage_in_bytes
   uint64_t oom_kills = 0;       // v2 memory.events oom_kill, v1 memory.oom_control oom_kill
+  uint64_t pids_max_hits = 0;   // pids.events max: forks refused at pids.max (a fork bomb)
 };
 
 // One sandbox's cgroup: a directory in each hierarchy (one for v2, one per

@@ -418,6 +418,7 @@ TEST_F(CgroupV2, UsageParsesStatFiles) {
   WriteText(dir + "/memory.peak", "73400320\n");
   WriteText(dir + "/memory.current", "1048576\n");
   WriteText(dir + "/memory.events", "low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\noom_group_kill 1\n");
+  WriteText(dir + "/pids.events", "max 17\n");
   auto usage = (*cg)->Usage();
   ASSERT_TRUE(usage.ok()) << usage.error().ToString();
   EXPECT_TRUE(usage->has_cpu);
@@ -427,6 +428,7 @@ TEST_F(CgroupV2, UsageParsesStatFiles) {
   EXPECT_TRUE(usage->has_memory_current);
   EXPECT_EQ(usage->memory_current, 1048576u);
   EXPECT_EQ(usage->oom_kills, 1u);
+  EXPECT_EQ(usage->pids_max_hits, 17u);  // forks refused at pids.max
 }
 
 // Sessions report each cell's peak: reset through a descriptor kept open,
@@ -803,6 +805,7 @@ TEST_F(CgroupV1, UsageParsesCpuacctAndOomControl) {
   WriteText(P("memory/kiln/sbx/memory.usage_in_bytes"), "2097152\n");
   WriteText(P("memory/kiln/sbx/memory.oom_control"),
             "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n");
+  WriteText(P("pids/kiln/sbx/pids.events"), "max 5\n");
   auto usage = (*cg)->Usage();
   ASSERT_TRUE(usage.ok()) << usage.error().ToString();
   EXPECT_TRUE(usage->has_cpu);
@@ -812,6 +815,7 @@ TEST_F(CgroupV1, UsageParsesCpuacctAndOomControl) {
   EXPECT_TRUE(usage->has_memory_current);
   EXPECT_EQ(usage->memory_current, 2097152u);
   EXPECT_EQ(usage->oom_kills, 3u);
+  EXPECT_EQ(usage->pids_max_hits, 5u);
 }
 
 TEST_F(CgroupV1, ResetMemoryPeakWritesZeroToMaxUsage) {

@@ -120,7 +120,16 @@ struct Metrics::Impl {
         pool_zygote_starts(prometheus::BuildCounter()
                                .Name("kiln_pool_zygote_starts_total")
                                .Help("Zygote (fork server) starts.")
-                               .Register(*registry)) {}
+                               .Register(*registry)),
+        output_hits(prometheus::BuildCounter()
+                        .Name("kiln_output_audit_hits_total")
+                        .Help("Output audit matches in what sandboxes sent back, by detector and "
+                              "action (flag, redact, block).")
+                        .Register(*registry)),
+        security_events(prometheus::BuildCounter()
+                            .Name("kiln_security_events_total")
+                            .Help("Security events (docs/api.md, \"Security events\"), by kind.")
+                            .Register(*registry)) {}
 
   std::shared_ptr<prometheus::Registry> registry;
   prometheus::Family<prometheus::Counter>& executions;
@@ -137,6 +146,8 @@ struct Metrics::Impl {
   prometheus::Family<prometheus::Counter>& pool_refill_seconds;
   prometheus::Family<prometheus::Counter>& pool_failures;
   prometheus::Family<prometheus::Counter>& pool_zygote_starts;
+  prometheus::Family<prometheus::Counter>& output_hits;
+  prometheus::Family<prometheus::Counter>& security_events;
   // The spawner's last absolute counts, per (series, profile): SetPool adds
   // the difference (or the whole count after a restart).
   std::map<std::pair<std::string, std::string>, double> pool_seen;
@@ -145,7 +156,8 @@ struct Metrics::Impl {
   // it builds a new object (for a histogram, its buckets) on every call; caching the pointer
   // makes the hot path a map lookup plus an atomic add.
   std::mutex mu;
-  BoundedLabel status_values, profile_values, reason_values, route_values, code_values;
+  BoundedLabel status_values, profile_values, reason_values, route_values, code_values,
+      detector_values, action_values, kind_values;
   std::map<std::pair<std::string, std::string>, prometheus::Counter*> execution_counters;
   std::map<std::string, prometheus::Histogram*> histograms;
   std::map<std::string, prometheus::Counter*> rejection_counters;
@@ -233,6 +245,22 @@ void Metrics::RecordRejection(std::string_view reason) {
       counter = it->second;
     }
     counter->Increment();
+  });
+}
+
+void Metrics::RecordOutputHit(std::string_view detector, std::string_view action, uint64_t count) {
+  Guarded("RecordOutputHit", [&] {
+    std::lock_guard lock(impl_->mu);
+    const std::string d = impl_->detector_values.Value(detector);
+    const std::string a = impl_->action_values.Value(action);
+    impl_->output_hits.Add({{"detector", d}, {"action", a}}).Increment(static_cast<double>(count));
+  });
+}
+
+void Metrics::RecordSecurityEvent(std::string_view kind) {
+  Guarded("RecordSecurityEvent", [&] {
+    std::lock_guard lock(impl_->mu);
+    impl_->security_events.Add({{"kind", impl_->kind_values.Value(kind)}}).Increment();
   });
 }
 

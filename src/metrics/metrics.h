@@ -18,6 +18,8 @@
 //   kiln_pool_refill_seconds_total{profile}          counter: their fork-to-ready times, summed
 //   kiln_pool_failures_total{profile}                counter: sandboxes killed in setup or check
 //   kiln_pool_zygote_starts_total{profile}           counter
+//   kiln_output_audit_hits_total{detector,action}    counter: action flag | redact | block
+//   kiln_security_events_total{kind}                 counter: executions::EventKind names
 //
 // IMPORTANT: label values must come from small closed sets: `status` from
 // supervisor::ToString(Outcome), `profile` from the configured profile names, `reason` from the
@@ -62,6 +64,11 @@ class Metrics final {
   void SetSessions(int64_t n);
   // kiln_rejections_total{reason} += 1 (reason: admission::Rejection::reason).
   void RecordRejection(std::string_view reason);
+  // kiln_output_audit_hits_total{detector,action} += count (detector: a
+  // configured detector's name; action: config::ToString(AuditAction)).
+  void RecordOutputHit(std::string_view detector, std::string_view action, uint64_t count);
+  // kiln_security_events_total{kind} += 1 (kind: executions::ToString(EventKind)).
+  void RecordSecurityEvent(std::string_view kind);
   // kiln_http_requests_total{route,code} += 1 (route: the matched route template).
   void RecordHttp(std::string_view route, int code);
 

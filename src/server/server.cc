@@ -3,21 +3,27 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <limits>
 #include <map>
 #include <random>
+#include <tuple>
+#include <vector>
 
 #include "base/base64.h"
 #include "base/log.h"
 #include "mcp/http_transport.h"
 #include "mcp/local_backend.h"
 #include "server/request.h"
+#include "store/api_key.h"
+#include "store/time_format.h"
 #include "web/assets.h"
 
 namespace kiln::server {
@@ -73,6 +79,9 @@ constexpr HttpError kHttpErrors[] = {
     {"cancelled", http::status::bad_request},
     {"unauthenticated", http::status::unauthorized},
     {"permission_denied", http::status::forbidden},
+    {"output_blocked", http::status::forbidden},      // the output audit withheld a file
+    {"tenant_quarantined", http::status::forbidden},  // an operator or a rule quarantined it
+    {"lockdown", http::status::service_unavailable},  // until an operator lifts it: no Retry-After
     {"not_found", http::status::not_found},
     {"already_exists", http::status::conflict},
     {"aborted", http::status::conflict},
@@ -126,7 +135,14 @@ const std::vector<std::string>& Routes() {
                                                    "DELETE /v1/sessions/{id}/files/{path}",
                                                    "POST /mcp",
                                                    "GET /mcp",
-                                                   "DELETE /mcp"};
+                                                   "DELETE /mcp",
+                                                   "GET /v1/admin/events",
+                                                   "GET /v1/admin/tenants",
+                                                   "POST /v1/admin/tenants/{tenant}/quarantine",
+                                                   "POST /v1/admin/tenants/{tenant}/release",
+                                                   "POST /v1/admin/keys/{id}/revoke",
+                                                   "GET /v1/admin/lockdown",
+                                                   "POST /v1/admin/lockdown"};
   return kRoutes;
 }
 
@@ -165,7 +181,28 @@ struct RouteMatch {
   std::string path;
 };
 
+RouteMatch MatchAdmin(const std::string& target) {
+  // /v1/admin/tenants/{tenant}/quarantine|release, /v1/admin/keys/{id}/revoke
+  for (const auto& [prefix, pattern, tails] :
+       {std::tuple<std::string, std::string, std::vector<std::string>>{
+            "/v1/admin/tenants/", "/v1/admin/tenants/{tenant}/", {"quarantine", "release"}},
+        std::tuple<std::string, std::string, std::vector<std::string>>{
+            "/v1/admin/keys/", "/v1/admin/keys/{id}/", {"revoke"}}}) {
+    if (target.rfind(prefix, 0) != 0) continue;
+    const std::string rest = target.substr(prefix.size());
+    const auto slash = rest.find('/');
+    if (slash == std::string::npos || slash == 0) break;
+    const std::string tail = rest.substr(slash + 1);
+    for (const auto& t : tails) {
+      if (tail == t) return {pattern + t, rest.substr(0, slash), ""};
+    }
+    break;
+  }
+  return {target, "", ""};
+}
+
 RouteMatch MatchPath(const std::string& target) {
+  if (target.rfind("/v1/admin/", 0) == 0) return MatchAdmin(target);
   static const std::string kPrefix = "/v1/sessions/";
   if (target.rfind(kPrefix, 0) != 0 || target.size() == kPrefix.size()) return {target, "", ""};
   const std::string rest = target.substr(kPrefix.size());
@@ -257,7 +294,18 @@ class SseWriter final {
   bool started() const { return started_; }
   bool failed() const { return failed_; }
 
-  void Event(std::string_view name, const nlohmann::json& data) {
+  void Event(std::string_view name, const nlohmann::json& data, int64_t id = 0) {
+    std::string event = id > 0 ? "id: " + std::to_string(id) + "\n" : std::string();
+    event += "event: ";
+    event += name;
+    event += "\ndata: ";
+    event += data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    event += "\n\n";
+    Write(event);
+  }
+  // A comment line (": text"): keeps an idle stream's connection alive.
+  void Comment(std::string_view text) { Write(": " + std::string(text) + "\n\n"); }
+  void Write(const std::string& text) {
     if (failed_) return;
     std::string out;
     if (!started_) {
@@ -265,12 +313,7 @@ class SseWriter final {
       out = StreamHead(200, {{"Content-Type", "text/event-stream"}, {"Cache-Control", "no-cache"}},
                        request_id_);
     }
-    std::string event = "event: ";
-    event += name;
-    event += "\ndata: ";
-    event += data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    event += "\n\n";
-    out += Chunk(event);
+    out += Chunk(text);
     failed_ = !BoundedWrite(fd_, out, timeout_s_);
   }
   void End() {
@@ -394,7 +437,7 @@ struct HttpServer::Impl {
       // Key, route and body size are checked before a byte of the body is
       // read: an unauthenticated or oversized upload costs no memory.
       const auto started = Clock::now();
-      Gate gate = Admit(parser.get());
+      Gate gate = Admit(parser.get(), peer);
       const auto length = parser.content_length();
       const bool has_body = parser.chunked() || (length && *length > 0);
       if (!gate.refusal && has_body && length && *length > gate.body_limit) {
@@ -475,7 +518,7 @@ struct HttpServer::Impl {
     uint64_t body_limit = 0;
   };
 
-  Gate Admit(const Request& head) {
+  Gate Admit(const Request& head, const std::string& peer) {
     Gate gate;
     gate.body_limit = deps.config->server.max_body_bytes;
     request_id = NewId().substr(0, 16);
@@ -503,7 +546,30 @@ struct HttpServer::Impl {
               Json(http::status::service_unavailable, {{"detail", auth.error().message}}, v, true);
           gate.refusal->set(http::field::retry_after, "5");
         } else if (!*auth) {
+          if (deps.events != nullptr) deps.events->AuthFailure(peer);
           gate.refusal = Json(http::status::unauthorized, {{"detail", "Invalid API Key"}}, v, true);
+        } else {
+          gate.key = **auth;
+          gate.refusal = Quarantined(*gate.key, v, /*reference=*/true);
+        }
+        return gate;
+      }
+      case Access::kAdmin: {
+        auto auth = Authenticate(head);
+        if (!auth.ok()) {
+          gate.refusal = Json(http::status::service_unavailable,
+                              V1ErrorBody("unavailable", auth.error().message), v, true);
+          gate.refusal->set(http::field::retry_after, "5");
+        } else if (!*auth) {
+          if (deps.events != nullptr) deps.events->AuthFailure(peer);
+          gate.refusal =
+              Json(http::status::unauthorized,
+                   V1ErrorBody("unauthenticated", "a valid admin API key is required"), v, true);
+          gate.refusal->set(http::field::www_authenticate, "Bearer");
+        } else if (!(*auth)->admin) {
+          // Exactly the 404 of a route that does not exist.
+          gate.refusal = Json(http::status::not_found,
+                              V1ErrorBody("not_found", "no route " + target), v, true);
         } else {
           gate.key = **auth;
         }
@@ -516,6 +582,7 @@ struct HttpServer::Impl {
                               V1ErrorBody("unavailable", auth.error().message), v, true);
           gate.refusal->set(http::field::retry_after, "5");
         } else if (!*auth) {
+          if (deps.events != nullptr) deps.events->AuthFailure(peer);
           gate.refusal = Json(http::status::unauthorized,
                               V1ErrorBody("unauthenticated",
                                           "a valid API key is required (Authorization: "
@@ -524,6 +591,7 @@ struct HttpServer::Impl {
           gate.refusal->set(http::field::www_authenticate, "Bearer");
         } else {
           gate.key = **auth;
+          gate.refusal = Quarantined(*gate.key, v, /*reference=*/false);
           // The larger limit of the files API, for its callers only.
           if (method == "PUT" && match.pattern == "/v1/sessions/{id}/files/{path}") {
             gate.body_limit = std::max(gate.body_limit, deps.config->server.max_file_bytes);
@@ -535,7 +603,19 @@ struct HttpServer::Impl {
     return gate;
   }
 
-  enum class Access { kOpen, kReference, kKey, kNotFound, kMethodNotAllowed };
+  enum class Access { kOpen, kReference, kKey, kAdmin, kNotFound, kMethodNotAllowed };
+
+  // A quarantined tenant's key (admin keys never are): 403 with the reason.
+  std::optional<Response> Quarantined(const store::KeyInfo& key, unsigned v, bool reference) {
+    if (deps.controls == nullptr || key.admin) return std::nullopt;
+    auto reason = deps.controls->QuarantineReason(key.tenant);
+    if (!reason) return std::nullopt;
+    const std::string message = "tenant '" + key.tenant + "' is quarantined: " + *reason;
+    return Json(http::status::forbidden,
+                reference ? nlohmann::json{{"detail", message}}
+                          : V1ErrorBody("tenant_quarantined", message),
+                v, true);
+  }
 
   // Which routes need a key, from the method and path alone.
   static Access Classify(const std::string& method, const std::string& target,
@@ -554,6 +634,8 @@ struct HttpServer::Impl {
     // data, and every call they make carries the key the person typed.
     if (IsWebPath(target)) return method == "GET" ? Access::kOpen : Access::kMethodNotAllowed;
     const bool known_path = KnownPath(match.pattern);
+    // Admin routes: a tenant's key gets 404, as for a route that does not exist.
+    if (target.rfind("/v1/admin/", 0) == 0) return known_path ? Access::kAdmin : Access::kNotFound;
     // Sessions answer 405 themselves, after the key (their ids are secret).
     if (known_path && match.pattern.rfind("/v1/sessions", 0) == 0) return Access::kKey;
     return known_path ? Access::kMethodNotAllowed : Access::kNotFound;
@@ -653,11 +735,19 @@ struct HttpServer::Impl {
     if (route == "GET /healthz") {
       res = Json(http::status::ok, {{"status", "ok"}}, req.version(), true);
     } else if (route == "GET /readyz") {
-      const bool ready = Ready();
+      bool ready = Ready();
       nlohmann::json body = deps.readiness;
       body["ready"] = ready;
       if (!deps.spawner->Alive()) body["spawner"] = "dead";
       if (stopping) body["shutting_down"] = true;
+      if (deps.controls != nullptr) {
+        const store::LockdownState lockdown = deps.controls->lockdown();
+        body["lockdown"] = admin::Controls::LockdownJson(lockdown);
+        if (lockdown.on) {
+          ready = false;
+          body["ready"] = false;
+        }
+      }
       // The warm pool in plain sight (informational: a pool that is off or
       // refilling does not make the node unready; executions start cold).
       auto pool = deps.spawner->PoolStatus();
@@ -694,6 +784,8 @@ struct HttpServer::Impl {
       res = Json(http::status::ok, Profiles(), req.version(), true);
     } else if (match.pattern.rfind("/v1/sessions", 0) == 0) {
       res = SessionRoute(req, *key, peer, socket, pattern_route, match);
+    } else if (match.pattern.rfind("/v1/admin/", 0) == 0) {
+      res = AdminRoute(req, *key, peer, socket, pattern_route, match);
     } else if (route == "POST /execute") {
       res = ExecuteReference(req, *key, peer, client_fd);
     } else {  // /mcp
@@ -705,8 +797,11 @@ struct HttpServer::Impl {
     return res;
   }
 
+  // /readyz's verdict: ready at start, the spawner running, not stopping, and
+  // no lockdown.
   bool Ready() const {
-    return deps.readiness.value("ready", false) && deps.spawner->Alive() && !stopping;
+    return deps.readiness.value("ready", false) && deps.spawner->Alive() && !stopping &&
+           (deps.controls == nullptr || !deps.controls->lockdown().on);
   }
 
   // GET /v1/stats: the operator console's numbers (docs/api.md). The same
@@ -1035,6 +1130,255 @@ struct HttpServer::Impl {
     res.body() = std::move(reply->body);
     res.prepare_payload();
     return res;
+  }
+
+  // --- Operator controls (docs/api.md, "Operator controls") -------------------
+
+  // The query string's parameters, percent-decoded (nullopt: a malformed escape).
+  static std::optional<std::map<std::string, std::string>> QueryOf(const Request& req) {
+    std::map<std::string, std::string> out;
+    const std::string target(req.target());
+    const auto q = target.find('?');
+    if (q == std::string::npos) return out;
+    std::string_view rest = std::string_view(target).substr(q + 1);
+    while (!rest.empty()) {
+      const auto amp = rest.find('&');
+      const std::string_view pair = rest.substr(0, amp);
+      rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+      if (pair.empty()) continue;
+      const auto eq = pair.find('=');
+      std::string plus(pair.substr(eq == std::string_view::npos ? pair.size() : eq + 1));
+      for (char& c : plus) c = c == '+' ? ' ' : c;
+      auto key = PercentDecode(pair.substr(0, eq));
+      auto value = PercentDecode(plus);
+      if (!key || !value) return std::nullopt;
+      out[*key] = *value;
+    }
+    return out;
+  }
+
+  static Response BadField(const std::string& field, const std::string& message, unsigned v) {
+    return Json(http::status::bad_request, V1ErrorBody("invalid_value", message, field), v, true);
+  }
+
+  // A JSON object body (empty: {}), with only `allowed` members.
+  static std::optional<Response> ObjectBody(const Request& req,
+                                            const std::vector<std::string>& allowed,
+                                            nlohmann::json* out) {
+    *out = req.body().empty() ? nlohmann::json::object()
+                              : nlohmann::json::parse(req.body(), nullptr, false);
+    if (!out->is_object()) return BadField("body", "the body must be a JSON object", req.version());
+    for (const auto& [k, _] : out->items()) {
+      if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
+        return BadField(k, k + ": unknown field", req.version());
+      }
+    }
+    return std::nullopt;
+  }
+
+  Response AdminRoute(const Request& req, const store::KeyInfo& key, const std::string& peer,
+                      tcp::socket& socket, const std::string& route, const RouteMatch& m) {
+    const unsigned v = req.version();
+    if (deps.controls == nullptr || deps.events == nullptr) {
+      return Json(http::status::service_unavailable,
+                  V1ErrorBody("unavailable", "operator controls are off"), v, true);
+    }
+    const admin::Actor actor{key.id, peer, "key " + key.id};
+    if (route == "GET /v1/admin/events") return AdminEvents(req, socket);
+    if (route == "GET /v1/admin/tenants") {
+      auto tenants = deps.controls->TenantsJson();
+      return tenants.ok() ? Json(http::status::ok, *tenants, v, true) : V1Error(tenants.error(), v);
+    }
+    if (route == "GET /v1/admin/lockdown") {
+      return Json(http::status::ok, admin::Controls::LockdownJson(deps.controls->lockdown()), v,
+                  true);
+    }
+    if (route == "POST /v1/admin/lockdown") {
+      nlohmann::json body;
+      if (auto bad = ObjectBody(req, {"on", "reason"}, &body)) return *bad;
+      if (!body.contains("on") || !body["on"].is_boolean())
+        return BadField("on", "on: required, true or false", v);
+      if (body.contains("reason") && !body["reason"].is_string())
+        return BadField("reason", "reason: must be a string", v);
+      const std::string reason = body.value("reason", "");
+      if (reason.size() > 1000) return BadField("reason", "reason: at most 1000 bytes", v);
+      auto state = deps.controls->SetLockdown(body["on"].get<bool>(), reason, actor);
+      return state.ok() ? Json(http::status::ok, admin::Controls::LockdownJson(*state), v, true)
+                        : V1Error(state.error(), v);
+    }
+    if (route == "POST /v1/admin/tenants/{tenant}/quarantine") {
+      nlohmann::json body;
+      if (auto bad = ObjectBody(req, {"reason"}, &body)) return *bad;
+      if (body.contains("reason") && !body["reason"].is_string())
+        return BadField("reason", "reason: must be a string", v);
+      const std::string reason = body.value("reason", "");
+      if (reason.size() > 1000) return BadField("reason", "reason: at most 1000 bytes", v);
+      auto row = deps.controls->Quarantine(m.id, reason, actor);
+      if (!row.ok()) return V1Error(row.error(), v);
+      return Json(http::status::ok,
+                  {{"tenant", row->tenant},
+                   {"quarantine",
+                    {{"since", store::FormatTimeMs(row->since_ms, true)},
+                     {"reason", row->reason},
+                     {"by", row->by}}}},
+                  v, true);
+    }
+    if (route == "POST /v1/admin/tenants/{tenant}/release") {
+      auto was = deps.controls->Release(m.id, actor);
+      if (!was.ok()) return V1Error(was.error(), v);
+      return Json(http::status::ok, {{"tenant", m.id}, {"released", *was}, {"quarantine", nullptr}},
+                  v, true);
+    }
+    if (route == "POST /v1/admin/keys/{id}/revoke") {
+      Status st = deps.controls->RevokeKey(m.id, actor);
+      if (!st.ok()) {
+        Error e = st.error();
+        if (e.code == Code::kInvalidArgument) e.field = "id";
+        return V1Error(e, v);
+      }
+      return Json(http::status::ok, {{"id", m.id}, {"revoked", true}}, v, true);
+    }
+    return Json(
+        http::status::method_not_allowed,
+        V1ErrorBody("method_not_allowed", std::string(req.method_string()) + " is not allowed on " +
+                                              std::string(req.target())),
+        v, true);
+  }
+
+  // GET /v1/admin/events: JSON {"events": [...]} (newest first; with `after`,
+  // oldest first from it), or with Accept: text/event-stream the events as
+  // they are recorded (after `after` or Last-Event-ID, if given), until the
+  // client goes away or the server stops.
+  Response AdminEvents(const Request& req, tcp::socket& socket) {
+    const unsigned v = req.version();
+    auto query = QueryOf(req);
+    if (!query) return BadField("query", "a malformed %-escape in the query string", v);
+    store::EventQuery q;
+    for (const auto& [name, value] : *query) {
+      if (name == "kind") {
+        if (!executions::ParseEventKind(value)) {
+          return BadField(
+              "kind",
+              "kind: '" + value.substr(0, 80) + "' is not one of " + executions::EventKindNames(),
+              v);
+        }
+        q.kind = value;
+      } else if (name == "tenant") {
+        if (!store::IsValidTenant(value)) return BadField("tenant", "tenant: not a tenant name", v);
+        q.tenant = value;
+      } else if (name == "since") {
+        auto since = store::ParseTimeSpec(value, store::NowMs());
+        if (!since.ok()) return BadField("since", "since: " + since.error().message, v);
+        q.since_ms = *since;
+      } else if (name == "after" || name == "limit") {
+        int64_t n = -1;
+        try {
+          size_t used = 0;
+          n = std::stoll(value, &used);
+          if (used != value.size()) n = -1;
+        } catch (...) {
+          n = -1;
+        }
+        if (name == "after") {
+          if (n < 0) return BadField("after", "after: a non-negative event id", v);
+          q.after_id = n;
+        } else {
+          if (n < 1 || n > 1000) return BadField("limit", "limit: 1..1000", v);
+          q.limit = static_cast<int>(n);
+        }
+      } else {
+        return BadField(name,
+                        name.substr(0, 80) +
+                            ": unknown parameter (known: kind, tenant, "
+                            "since, after, limit)",
+                        v);
+      }
+    }
+    if (!WantsEventStream(req)) {
+      q.oldest_first = q.after_id.has_value();
+      auto rows = deps.store->QueryEvents(q);
+      if (!rows.ok()) return V1Error(rows.error(), v);
+      nlohmann::json list = nlohmann::json::array();
+      for (const auto& r : *rows) list.push_back(executions::EventJson(r));
+      return Json(http::status::ok, {{"events", list}}, v, true);
+    }
+    if (auto it = req.find("Last-Event-ID"); it != req.end()) {
+      try {
+        q.after_id = std::stoll(std::string(it->value()));
+      } catch (...) {
+        return BadField("Last-Event-ID", "Last-Event-ID: an event id", v);
+      }
+    }
+    return AdminEventStream(q, socket);
+  }
+
+  Response AdminEventStream(store::EventQuery q, tcp::socket& socket) {
+    struct Queue {
+      std::mutex mu;
+      std::condition_variable cv;
+      std::deque<store::EventRow> rows;
+      bool overflowed = false;
+    };
+    auto queue = std::make_shared<Queue>();
+    // Subscribed before the backlog is read: nothing recorded in between is lost
+    // (what both hold is sent once, by id).
+    const int handle = deps.events->Subscribe([queue](const store::EventRow& r) {
+      std::lock_guard<std::mutex> lock(queue->mu);
+      if (queue->rows.size() >= 10000) {
+        queue->overflowed = true;  // a reader that cannot keep up is dropped
+        return;
+      }
+      queue->rows.push_back(r);
+      queue->cv.notify_one();
+    });
+    SseWriter sse(socket, request_id, deps.config->server.client_timeout_s);
+    int64_t last = 0;
+    auto matches = [&q](const store::EventRow& r) {
+      return (!q.kind || r.kind == *q.kind) && (!q.tenant || r.tenant == *q.tenant) &&
+             (!q.since_ms || r.at_ms >= *q.since_ms);
+    };
+    auto send = [&](const store::EventRow& r) {
+      if (r.id <= last || !matches(r)) return;
+      last = r.id;
+      sse.Event("security_event", executions::EventJson(r), r.id);
+    };
+    sse.Comment("kiln security events");
+    if (q.after_id) {
+      store::EventQuery backlog = q;
+      backlog.oldest_first = true;
+      backlog.limit = 1000;
+      auto rows = deps.store->QueryEvents(backlog);
+      if (rows.ok()) {
+        for (const auto& r : *rows) send(r);
+      }
+    }
+    auto idle_since = Clock::now();
+    while (!sse.failed() && !stopping) {
+      std::deque<store::EventRow> batch;
+      bool overflowed = false;
+      {
+        std::unique_lock<std::mutex> lock(queue->mu);
+        queue->cv.wait_for(lock, std::chrono::milliseconds(500),
+                           [&queue] { return !queue->rows.empty() || queue->overflowed; });
+        batch.swap(queue->rows);
+        overflowed = queue->overflowed;
+      }
+      if (overflowed) break;
+      for (const auto& r : batch) send(r);
+      if (!batch.empty()) {
+        idle_since = Clock::now();
+      } else if (Clock::now() - idle_since > std::chrono::seconds(15)) {
+        sse.Comment("keep-alive");
+        idle_since = Clock::now();
+      }
+      // A client that hung up: its socket reads EOF.
+      char c;
+      if (::recv(socket.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0) break;
+    }
+    deps.events->Unsubscribe(handle);
+    sse.End();
+    streamed = true;
+    return Response{http::status::ok, 11};  // for the log line: the stream began with 200
   }
 
   // --- sessions --------------------------------------------------------------

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "admin/controls.h"
 #include "admission/admission.h"
 #include "base/result.h"
 #include "config/config.h"
@@ -43,6 +44,8 @@ struct Deps {
   executions::Service* executions;  // one-shot executions (and their drain)
   sessions::SessionManager* sessions;
   nlohmann::json readiness;  // doctor's verdict at start: {"ready": bool, "layers": [...]}
+  executions::SecurityEvents* events = nullptr;  // auth_failures, /v1/admin/events (optional)
+  admin::Controls* controls = nullptr;           // quarantine, lockdown, /v1/admin/* (optional)
 };
 
 // The routes the server answers, "METHOD PATH" with {id}/{path} placeholders

@@ -84,6 +84,11 @@ Result<nlohmann::json> SessionManager::Create(const Caller& caller, const Sessio
       options.profile.empty() ? config.server.default_profile : options.profile;
   auto profile = config.Find(profile_name);
   if (!profile.ok()) return profile.error();  // kInvalidArgument, field "profile"
+  if (deps_.executions != nullptr) {
+    if (auto reason = deps_.executions->lockdown()) {
+      return executions::Service::LockdownError(*reason);
+    }
+  }
   KILN_ASSIGN_OR_RETURN(policy::PolicyBuilder builder,
                         config::PolicyFor(**profile, options.limits));
   KILN_ASSIGN_OR_RETURN(policy::SandboxPolicy policy, builder.Build());
@@ -290,7 +295,8 @@ Result<CellOutcome> SessionManager::Execute(const Caller& caller, const std::str
   job.session_id = s->id;
   job.code = code;
   job.hangup_fd = hangup_fd;
-  executions::CellRunner runner(s->channel.get(), code, timeout, on_event, hangup_fd);
+  job.on_event = on_event;
+  executions::CellRunner runner(s->channel.get(), code, timeout, hangup_fd);
   executions::Outcome ran = deps_.executions->Run(job, runner, &s->cancel);
   CellOutcome out;
   out.execution_id = ran.id;
@@ -380,10 +386,13 @@ Status SessionManager::PutFile(const Caller& caller, const std::string& id, cons
 Result<std::string> SessionManager::GetFile(const Caller& caller, const std::string& id,
                                             const std::string& path) {
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
-  return FileResult(WithOp(*s, [&]() -> Result<std::string> {
-    if (!s->channel) return MakeError(Code::kGone, "gone");
-    return s->channel->GetFile(path);
-  }));
+  KILN_ASSIGN_OR_RETURN(std::string bytes, FileResult(WithOp(*s, [&]() -> Result<std::string> {
+                          if (!s->channel) return MakeError(Code::kGone, "gone");
+                          return s->channel->GetFile(path);
+                        })));
+  // What leaves the sandbox passes the output audit (docs/adr/0015).
+  if (deps_.executions == nullptr) return bytes;
+  return deps_.executions->FilterDownload(caller, s->profile, s->id, path, std::move(bytes));
 }
 
 Result<nlohmann::json> SessionManager::ListFiles(const Caller& caller, const std::string& id) {
@@ -439,6 +448,35 @@ void SessionManager::ReapLoop() {
     }
     lock.lock();
   }
+}
+
+int SessionManager::EndTenant(const std::string& tenant, const std::string& reason) {
+  std::vector<std::shared_ptr<Session>> ending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, s] : sessions_) {
+      if (s->tenant == tenant) ending.push_back(s);
+    }
+  }
+  for (const auto& s : ending) End(s, reason);
+  return static_cast<int>(ending.size());
+}
+
+int SessionManager::EndAll(const std::string& reason) {
+  std::vector<std::shared_ptr<Session>> ending;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, s] : sessions_) ending.push_back(s);
+  }
+  for (const auto& s : ending) End(s, reason);
+  return static_cast<int>(ending.size());
+}
+
+std::map<std::string, int> SessionManager::LiveByTenant() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, int> out;
+  for (const auto& [id, s] : sessions_) ++out[s->tenant];
+  return out;
 }
 
 void SessionManager::Shutdown() {

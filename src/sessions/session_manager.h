@@ -103,6 +103,13 @@ class SessionManager final {
   Result<nlohmann::json> ListFiles(const Caller& caller, const std::string& id);
   Status DeleteFile(const Caller& caller, const std::string& id, const std::string& path);
 
+  // Ends every session of the tenant (a quarantine) or every session (a
+  // lockdown), with the reason later calls get (410). Returns how many.
+  int EndTenant(const std::string& tenant, const std::string& reason);
+  int EndAll(const std::string& reason);
+  // {tenant: live sessions} (GET /v1/admin/tenants).
+  std::map<std::string, int> LiveByTenant() const;
+
   // Shutdown: refuse new sessions and cells, cancel running cells, end all.
   void Shutdown();
   size_t live() const;

@@ -3,6 +3,7 @@
 #include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/rand.h>
 
 #include <algorithm>
@@ -147,6 +148,17 @@ std::string HexEncode(std::string_view bytes) {
 Result<std::string> Sha256Hex(std::string_view data) {
   KILN_ASSIGN_OR_RETURN(const std::string digest, Sha256(data));
   return HexEncode(digest);
+}
+
+Result<std::string> HmacSha256Hex(std::string_view key, std::string_view data) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+           static_cast<const unsigned char*>(static_cast<const void*>(data.data())), data.size(),
+           out, &len) == nullptr) {
+    return Internal("HMAC-SHA256 failed");
+  }
+  return HexEncode(std::string(out, out + len));
 }
 
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {

@@ -54,6 +54,8 @@ Result<std::string> RandomBytes(size_t n);
 Result<std::string> Sha256(std::string_view data);
 Result<std::string> Sha256Hex(std::string_view data);
 std::string HexEncode(std::string_view bytes);
+// HMAC-SHA256 of `data` under `key`, as 64 lowercase hex chars (webhook signatures).
+Result<std::string> HmacSha256Hex(std::string_view key, std::string_view data);
 // Constant-time equality (CRYPTO_memcmp); false when the sizes differ.
 bool ConstantTimeEquals(std::string_view a, std::string_view b);
 // Overwrites the string's bytes (OPENSSL_cleanse) before it is freed.

@@ -7,6 +7,13 @@
 namespace kiln::store {
 namespace {
 
+TEST(ApiKeyCrypto, HmacSha256MatchesRfc4231) {
+  // RFC 4231, test case 2.
+  auto mac = HmacSha256Hex("Jefe", "what do ya want for nothing?");
+  ASSERT_TRUE(mac.ok());
+  EXPECT_EQ(*mac, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
+
 TEST(Base64Url, Rfc4648VectorsWithoutPadding) {
   const std::pair<const char*, const char*> cases[] = {
       {"", ""},

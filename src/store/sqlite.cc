@@ -87,6 +87,7 @@ Status Db::Exec(std::string_view what, const char* sql) {
 }
 
 int64_t Db::Changes() const { return sqlite3_changes64(db_); }
+int64_t Db::LastInsertRowId() const { return sqlite3_last_insert_rowid(db_); }
 
 Error Db::LastError(std::string_view what, int rc) const {
   // sqlite3_errmsg describes the most recent failure on the connection, which

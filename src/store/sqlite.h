@@ -37,6 +37,7 @@ class Db final {
   Status Exec(std::string_view what, const char* sql);
   // Rows changed by the last INSERT/UPDATE/DELETE.
   int64_t Changes() const;
+  int64_t LastInsertRowId() const;  // of this connection's last INSERT
   sqlite3* get() const { return db_; }
 
   // The error for the last failure on this connection, for `what`.

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <utility>
 
 #include "base/log.h"
@@ -62,6 +63,72 @@ CREATE INDEX executions_tenant ON executions(tenant, started_ms);
 CREATE INDEX executions_session ON executions(session_id, started_ms);
 CREATE INDEX executions_running ON executions(status) WHERE status = 'running';
 )sql",
+    // 2: the output audit's hits (docs/adr/0015): never the matched text.
+    R"sql(
+CREATE TABLE output_hits (
+  at_ms        INTEGER NOT NULL,
+  execution_id TEXT,                 -- NULL: a file downloaded from a session
+  session_id   TEXT,
+  tenant       TEXT NOT NULL,
+  profile      TEXT NOT NULL,
+  detector     TEXT NOT NULL,
+  location     TEXT NOT NULL,
+  action       TEXT NOT NULL,
+  count        INTEGER NOT NULL
+) STRICT;
+CREATE INDEX output_hits_at ON output_hits(at_ms);
+CREATE INDEX output_hits_execution ON output_hits(execution_id);
+CREATE INDEX output_hits_tenant ON output_hits(tenant, at_ms);
+)sql",
+    // 3: security events (docs/adr/0015).
+    R"sql(
+CREATE TABLE security_events (
+  id           INTEGER PRIMARY KEY AUTOINCREMENT,
+  at_ms        INTEGER NOT NULL,
+  kind         TEXT NOT NULL,
+  tenant       TEXT NOT NULL,
+  key_id       TEXT NOT NULL,
+  execution_id TEXT,
+  session_id   TEXT,
+  client_addr  TEXT NOT NULL,
+  detail       TEXT NOT NULL
+) STRICT;
+CREATE INDEX security_events_at ON security_events(at_ms);
+CREATE INDEX security_events_tenant ON security_events(tenant, at_ms);
+CREATE INDEX security_events_kind ON security_events(kind, at_ms);
+)sql",
+    // 4: admin keys and the operator's controls (docs/adr/0015).
+    R"sql(
+ALTER TABLE api_keys ADD COLUMN admin INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE quarantines (
+  tenant   TEXT PRIMARY KEY NOT NULL,
+  since_ms INTEGER NOT NULL,
+  reason   TEXT NOT NULL,
+  by_whom  TEXT NOT NULL
+) STRICT;
+CREATE TABLE server_state (
+  name     TEXT PRIMARY KEY NOT NULL,  -- 'lockdown'
+  value    TEXT NOT NULL,              -- 'on' | 'off'
+  reason   TEXT NOT NULL,
+  since_ms INTEGER NOT NULL,
+  by_whom  TEXT NOT NULL
+) STRICT;
+)sql",
+    // 5: the webhook queue (docs/adr/0015).
+    R"sql(
+CREATE TABLE webhook_queue (
+  id         INTEGER PRIMARY KEY AUTOINCREMENT,
+  webhook    TEXT NOT NULL,
+  event_id   INTEGER NOT NULL,
+  kind       TEXT NOT NULL,
+  body       TEXT NOT NULL,
+  created_ms INTEGER NOT NULL,
+  attempts   INTEGER NOT NULL DEFAULT 0,
+  next_ms    INTEGER NOT NULL,
+  last_error TEXT NOT NULL DEFAULT ''
+) STRICT;
+CREATE INDEX webhook_queue_next ON webhook_queue(next_ms);
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 
@@ -112,9 +179,10 @@ std::optional<bool> OptBool(const Statement& s, int col) {
   return s.Int(col) != 0;
 }
 
-KeyInfo ReadKey(const Statement& s) {
-  // Columns: id, tenant, created_ms, revoked_ms, last_used_ms.
-  return KeyInfo{s.Text(0), s.Text(1), s.Int(2), s.OptInt(3), s.OptInt(4)};
+KeyInfo ReadKey(const Statement& s, int admin_column) {
+  // Columns: id, tenant, created_ms, revoked_ms, last_used_ms; admin at `admin_column`.
+  return KeyInfo{s.Text(0),   s.Text(1),   s.Int(2),
+                 s.OptInt(3), s.OptInt(4), s.Int(admin_column) != 0};
 }
 
 Status Migrate(Db& db) {
@@ -231,7 +299,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& data_dir, OpenOpti
 
 // --- Keys.
 
-Result<NewKey> Store::CreateKey(std::string_view tenant) {
+Result<NewKey> Store::CreateKey(std::string_view tenant, bool admin) {
   if (!IsValidTenant(tenant)) {
     return InvalidArgument("tenant '" + std::string(tenant.substr(0, 80)) +
                            "': use 1-64 characters of A-Z a-z 0-9 . _ -");
@@ -246,6 +314,7 @@ Result<NewKey> Store::CreateKey(std::string_view tenant) {
     out.info.id = HexEncode(id_bytes);
     out.info.tenant = std::string(tenant);
     out.info.created_ms = Now();
+    out.info.admin = admin;
     out.key = FormatApiKey(out.info.id, secret);
     Wipe(secret);
 
@@ -253,12 +322,13 @@ Result<NewKey> Store::CreateKey(std::string_view tenant) {
     KILN_ASSIGN_OR_RETURN(
         Statement insert,
         Statement::Prepare(*db_, "insert api key",
-                           "INSERT INTO api_keys (id, tenant, secret_sha256, created_ms) "
-                           "VALUES (?, ?, ?, ?)"));
+                           "INSERT INTO api_keys (id, tenant, secret_sha256, created_ms, admin) "
+                           "VALUES (?, ?, ?, ?, ?)"));
     insert.BindText(1, out.info.id);
     insert.BindText(2, out.info.tenant);
     insert.BindBlob(3, digest);
     insert.BindInt(4, out.info.created_ms);
+    insert.BindInt(5, admin ? 1 : 0);
     Status s = insert.Run();
     if (s.ok()) return out;
     Wipe(out.key);
@@ -269,14 +339,15 @@ Result<NewKey> Store::CreateKey(std::string_view tenant) {
 Result<std::vector<KeyInfo>> Store::ListKeys() {
   std::lock_guard lock(mu_);
   KILN_ASSIGN_OR_RETURN(
-      Statement q, Statement::Prepare(*db_, "list api keys",
-                                      "SELECT id, tenant, created_ms, revoked_ms, last_used_ms "
-                                      "FROM api_keys ORDER BY created_ms, id"));
+      Statement q,
+      Statement::Prepare(*db_, "list api keys",
+                         "SELECT id, tenant, created_ms, revoked_ms, last_used_ms, admin "
+                         "FROM api_keys ORDER BY created_ms, id"));
   std::vector<KeyInfo> keys;
   for (;;) {
     KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
     if (!row) break;
-    keys.push_back(ReadKey(q));
+    keys.push_back(ReadKey(q, 5));
   }
   return keys;
 }
@@ -313,17 +384,18 @@ Result<std::optional<KeyInfo>> Store::Authenticate(std::string_view presented) {
     // Scoped: the read must be finished before the UPDATE below, or the
     // UPDATE's autocommit would wait for this statement's finalization.
     KILN_ASSIGN_OR_RETURN(
-        Statement q, Statement::Prepare(*db_, "look up api key",
-                                        "SELECT id, tenant, created_ms, revoked_ms, last_used_ms, "
-                                        "secret_sha256 FROM api_keys WHERE id = ?"));
+        Statement q,
+        Statement::Prepare(*db_, "look up api key",
+                           "SELECT id, tenant, created_ms, revoked_ms, last_used_ms, admin, "
+                           "secret_sha256 FROM api_keys WHERE id = ?"));
     q.BindText(1, parsed->id);
     KILN_ASSIGN_OR_RETURN(const bool found, q.Step());
     // An unknown id still costs one comparison, so timing says no more than
     // the (public) id does.
-    const std::string stored = found ? q.Text(5) : std::string(kSha256Bytes, '\0');
+    const std::string stored = found ? q.Text(6) : std::string(kSha256Bytes, '\0');
     const bool match = ConstantTimeEquals(stored, *digest) && found;
     if (!match) return std::optional<KeyInfo>();
-    info = ReadKey(q);
+    info = ReadKey(q, 5);
   }
   if (info.revoked_ms) return std::optional<KeyInfo>();
 
@@ -435,6 +507,32 @@ Result<int> Store::Prune(int64_t older_than_ms) {
     total += n;
     if (n < kPruneBatch) break;
   }
+  for (;;) {
+    std::lock_guard lock(mu_);
+    KILN_ASSIGN_OR_RETURN(
+        Statement d, Statement::Prepare(*db_, "prune output hits",
+                                        "DELETE FROM output_hits WHERE rowid IN (SELECT rowid FROM "
+                                        "output_hits WHERE at_ms < ? LIMIT ?)"));
+    d.BindInt(1, older_than_ms);
+    d.BindInt(2, kPruneBatch);
+    KILN_TRY(d.Run());
+    const auto n = static_cast<int>(db_->Changes());
+    total += n;
+    if (n < kPruneBatch) break;
+  }
+  for (;;) {
+    std::lock_guard lock(mu_);
+    KILN_ASSIGN_OR_RETURN(
+        Statement d, Statement::Prepare(*db_, "prune security events",
+                                        "DELETE FROM security_events WHERE id IN (SELECT id FROM "
+                                        "security_events WHERE at_ms < ? LIMIT ?)"));
+    d.BindInt(1, older_than_ms);
+    d.BindInt(2, kPruneBatch);
+    KILN_TRY(d.Run());
+    const auto n = static_cast<int>(db_->Changes());
+    total += n;
+    if (n < kPruneBatch) break;
+  }
   if (total > 0) {
     std::lock_guard lock(mu_);
     KILN_TRY(db_->Exec("incremental_vacuum", "PRAGMA incremental_vacuum"));
@@ -496,6 +594,317 @@ Result<std::vector<AuditRow>> Store::Query(const AuditQuery& query) {
     rows.push_back(std::move(r));
   }
   return rows;
+}
+
+Status Store::RecordOutputHits(const std::vector<OutputHitRow>& hits) {
+  if (hits.empty()) return OkStatus();
+  std::lock_guard lock(mu_);
+  KILN_TRY(db_->Exec("begin output hits", "BEGIN IMMEDIATE"));
+  for (const auto& h : hits) {
+    auto insert = Statement::Prepare(
+        *db_, "insert output hit",
+        "INSERT INTO output_hits (at_ms, execution_id, session_id, tenant, profile, detector, "
+        "location, action, count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+    Status st = insert.ok() ? OkStatus() : Status(insert.error());
+    if (st.ok()) {
+      insert->BindInt(1, h.at_ms);
+      insert->BindOptText(2, h.execution_id);
+      insert->BindOptText(3, h.session_id);
+      insert->BindText(4, h.tenant);
+      insert->BindText(5, h.profile);
+      insert->BindText(6, h.detector);
+      insert->BindText(7, h.location);
+      insert->BindText(8, h.action);
+      insert->BindInt(9, ToInt64(h.count));
+      st = insert->Run();
+    }
+    if (!st.ok()) {
+      (void)db_->Exec("rollback output hits", "ROLLBACK");
+      return st;
+    }
+  }
+  return db_->Exec("commit output hits", "COMMIT");
+}
+
+Result<std::vector<OutputHitRow>> Store::QueryOutputHits(const OutputHitQuery& query) {
+  if (query.limit < 1 || query.limit > kMaxQueryLimit) {
+    return InvalidArgument("output hits query: limit must be 1.." + std::to_string(kMaxQueryLimit));
+  }
+  std::string sql =
+      "SELECT at_ms, execution_id, session_id, tenant, profile, detector, location, action, "
+      "count FROM output_hits WHERE 1";
+  if (query.execution_id) sql += " AND execution_id = :execution";
+  if (query.tenant) sql += " AND tenant = :tenant";
+  if (query.since_ms) sql += " AND at_ms >= :since";
+  sql += " ORDER BY at_ms DESC, rowid DESC LIMIT :limit";
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(Statement q, Statement::Prepare(*db_, "query output hits", sql));
+  int i = 0;
+  if (query.execution_id) q.BindText(++i, *query.execution_id);
+  if (query.tenant) q.BindText(++i, *query.tenant);
+  if (query.since_ms) q.BindInt(++i, *query.since_ms);
+  q.BindInt(++i, query.limit);
+  std::vector<OutputHitRow> rows;
+  for (;;) {
+    KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
+    if (!row) break;
+    OutputHitRow r;
+    r.at_ms = q.Int(0);
+    r.execution_id = q.OptText(1);
+    r.session_id = q.OptText(2);
+    r.tenant = q.Text(3);
+    r.profile = q.Text(4);
+    r.detector = q.Text(5);
+    r.location = q.Text(6);
+    r.action = q.Text(7);
+    r.count = static_cast<uint64_t>(std::max<int64_t>(0, q.Int(8)));
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+Result<int64_t> Store::RecordEvent(const EventRow& e) {
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(
+      Statement insert,
+      Statement::Prepare(*db_, "insert security event",
+                         "INSERT INTO security_events (at_ms, kind, tenant, key_id, execution_id, "
+                         "session_id, client_addr, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"));
+  insert.BindInt(1, e.at_ms);
+  insert.BindText(2, e.kind);
+  insert.BindText(3, e.tenant);
+  insert.BindText(4, e.key_id);
+  insert.BindOptText(5, e.execution_id);
+  insert.BindOptText(6, e.session_id);
+  insert.BindText(7, e.client_addr);
+  insert.BindText(8, e.detail);
+  KILN_TRY(insert.Run());
+  return db_->LastInsertRowId();
+}
+
+Result<std::vector<EventRow>> Store::QueryEvents(const EventQuery& query) {
+  if (query.limit < 1 || query.limit > kMaxQueryLimit) {
+    return InvalidArgument("events query: limit must be 1.." + std::to_string(kMaxQueryLimit));
+  }
+  std::string sql =
+      "SELECT id, at_ms, kind, tenant, key_id, execution_id, session_id, client_addr, detail "
+      "FROM security_events WHERE 1";
+  if (query.tenant) sql += " AND tenant = :tenant";
+  if (query.kind) sql += " AND kind = :kind";
+  if (query.since_ms) sql += " AND at_ms >= :since";
+  if (query.after_id) sql += " AND id > :after";
+  sql += query.oldest_first ? " ORDER BY id ASC" : " ORDER BY id DESC";
+  sql += " LIMIT :limit";
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(Statement q, Statement::Prepare(*db_, "query security events", sql));
+  int i = 0;
+  if (query.tenant) q.BindText(++i, *query.tenant);
+  if (query.kind) q.BindText(++i, *query.kind);
+  if (query.since_ms) q.BindInt(++i, *query.since_ms);
+  if (query.after_id) q.BindInt(++i, *query.after_id);
+  q.BindInt(++i, query.limit);
+  std::vector<EventRow> rows;
+  for (;;) {
+    KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
+    if (!row) break;
+    EventRow r;
+    r.id = q.Int(0);
+    r.at_ms = q.Int(1);
+    r.kind = q.Text(2);
+    r.tenant = q.Text(3);
+    r.key_id = q.Text(4);
+    r.execution_id = q.OptText(5);
+    r.session_id = q.OptText(6);
+    r.client_addr = q.Text(7);
+    r.detail = q.Text(8);
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+// --- Operator controls.
+
+Status Store::SetQuarantine(const QuarantineRow& q) {
+  if (!IsValidTenant(q.tenant)) return InvalidArgument("quarantine: invalid tenant name");
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(Statement u,
+                        Statement::Prepare(*db_, "quarantine tenant",
+                                           "INSERT OR REPLACE INTO quarantines (tenant, since_ms, "
+                                           "reason, by_whom) VALUES (?, ?, ?, ?)"));
+  u.BindText(1, q.tenant);
+  u.BindInt(2, q.since_ms);
+  u.BindText(3, q.reason);
+  u.BindText(4, q.by);
+  return u.Run();
+}
+
+Result<bool> Store::ClearQuarantine(std::string_view tenant) {
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(
+      Statement d,
+      Statement::Prepare(*db_, "release tenant", "DELETE FROM quarantines WHERE tenant = ?"));
+  d.BindText(1, tenant);
+  KILN_TRY(d.Run());
+  return db_->Changes() > 0;
+}
+
+Result<std::vector<QuarantineRow>> Store::ListQuarantines() {
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(
+      Statement q, Statement::Prepare(*db_, "list quarantines",
+                                      "SELECT tenant, since_ms, reason, by_whom FROM quarantines "
+                                      "ORDER BY tenant"));
+  std::vector<QuarantineRow> out;
+  for (;;) {
+    KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
+    if (!row) break;
+    out.push_back(QuarantineRow{q.Text(0), q.Int(1), q.Text(2), q.Text(3)});
+  }
+  return out;
+}
+
+Status Store::SetLockdown(const LockdownState& state) {
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(Statement u,
+                        Statement::Prepare(*db_, "set lockdown",
+                                           "INSERT OR REPLACE INTO server_state (name, value, "
+                                           "reason, since_ms, by_whom) VALUES ('lockdown', ?, ?, "
+                                           "?, ?)"));
+  u.BindText(1, state.on ? "on" : "off");
+  u.BindText(2, state.reason);
+  u.BindInt(3, state.since_ms);
+  u.BindText(4, state.by);
+  return u.Run();
+}
+
+Result<LockdownState> Store::GetLockdown() {
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(Statement q,
+                        Statement::Prepare(*db_, "get lockdown",
+                                           "SELECT value, reason, since_ms, by_whom FROM "
+                                           "server_state WHERE name = 'lockdown'"));
+  LockdownState state;
+  KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
+  if (row) {
+    state.on = q.Text(0) == "on";
+    state.reason = q.Text(1);
+    state.since_ms = q.Int(2);
+    state.by = q.Text(3);
+  }
+  return state;
+}
+
+Result<std::vector<TenantUsage>> Store::UsageSince(int64_t since_ms) {
+  std::lock_guard lock(mu_);
+  std::map<std::string, TenantUsage> by_tenant;
+  {
+    KILN_ASSIGN_OR_RETURN(
+        Statement q,
+        Statement::Prepare(*db_, "tenant usage",
+                           "SELECT tenant, COUNT(*), SUM(status = 'rejected'), MAX(started_ms) "
+                           "FROM executions WHERE started_ms >= ? GROUP BY tenant"));
+    q.BindInt(1, since_ms);
+    for (;;) {
+      KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
+      if (!row) break;
+      TenantUsage& u = by_tenant[q.Text(0)];
+      u.tenant = q.Text(0);
+      u.executions = q.Int(1);
+      u.rejected = q.Int(2);
+      u.last_execution_ms = q.OptInt(3);
+    }
+  }
+  {
+    KILN_ASSIGN_OR_RETURN(Statement q,
+                          Statement::Prepare(*db_, "tenant events",
+                                             "SELECT tenant, COUNT(*) FROM security_events WHERE "
+                                             "at_ms >= ? AND tenant != '' GROUP BY tenant"));
+    q.BindInt(1, since_ms);
+    for (;;) {
+      KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
+      if (!row) break;
+      TenantUsage& u = by_tenant[q.Text(0)];
+      u.tenant = q.Text(0);
+      u.events = q.Int(1);
+    }
+  }
+  std::vector<TenantUsage> out;
+  for (auto& [name, u] : by_tenant) out.push_back(std::move(u));
+  return out;
+}
+
+// --- The webhook queue.
+
+Status Store::EnqueueWebhook(const WebhookDelivery& d) {
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(Statement i,
+                        Statement::Prepare(*db_, "enqueue webhook",
+                                           "INSERT INTO webhook_queue (webhook, event_id, kind, "
+                                           "body, created_ms, next_ms) VALUES (?, ?, ?, ?, ?, ?)"));
+  i.BindText(1, d.webhook);
+  i.BindInt(2, d.event_id);
+  i.BindText(3, d.kind);
+  i.BindText(4, d.body);
+  i.BindInt(5, d.created_ms);
+  i.BindInt(6, d.next_ms);
+  return i.Run();
+}
+
+Result<std::vector<WebhookDelivery>> Store::DueWebhooks(int64_t now_ms, int limit) {
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(
+      Statement q,
+      Statement::Prepare(*db_, "due webhooks",
+                         "SELECT id, webhook, event_id, kind, body, created_ms, attempts, next_ms, "
+                         "last_error FROM webhook_queue WHERE next_ms <= ? ORDER BY id LIMIT ?"));
+  q.BindInt(1, now_ms);
+  q.BindInt(2, limit);
+  std::vector<WebhookDelivery> out;
+  for (;;) {
+    KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
+    if (!row) break;
+    WebhookDelivery d;
+    d.id = q.Int(0);
+    d.webhook = q.Text(1);
+    d.event_id = q.Int(2);
+    d.kind = q.Text(3);
+    d.body = q.Text(4);
+    d.created_ms = q.Int(5);
+    d.attempts = static_cast<int>(q.Int(6));
+    d.next_ms = q.Int(7);
+    d.last_error = q.Text(8);
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
+Status Store::WebhookDone(int64_t id) {
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(Statement d, Statement::Prepare(*db_, "webhook done",
+                                                        "DELETE FROM webhook_queue WHERE id = ?"));
+  d.BindInt(1, id);
+  return d.Run();
+}
+
+Status Store::WebhookRetry(int64_t id, int attempts, int64_t next_ms, const std::string& error) {
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(Statement u,
+                        Statement::Prepare(*db_, "webhook retry",
+                                           "UPDATE webhook_queue SET attempts = ?, next_ms = ?, "
+                                           "last_error = ? WHERE id = ?"));
+  u.BindInt(1, attempts);
+  u.BindInt(2, next_ms);
+  u.BindText(3, error.substr(0, 500));
+  u.BindInt(4, id);
+  return u.Run();
+}
+
+Result<int64_t> Store::WebhookQueued() {
+  std::lock_guard lock(mu_);
+  KILN_ASSIGN_OR_RETURN(Statement q, Statement::Prepare(*db_, "webhook queue size",
+                                                        "SELECT COUNT(*) FROM webhook_queue"));
+  KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
+  return row ? q.Int(0) : 0;
 }
 
 }  // namespace kiln::store

@@ -41,7 +41,7 @@ inline constexpr int kDefaultRetentionDays = 30;
 inline constexpr int64_t kDayMs = 86'400'000;
 // The schema this build writes; Open migrates older databases to it and
 // refuses newer ones.
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 5;
 
 // Where kiln keeps its state when --data-dir is not given: /var/lib/kiln for
 // root, else $XDG_STATE_HOME/kiln (when set and absolute), else
@@ -69,6 +69,7 @@ struct KeyInfo {
   int64_t created_ms = 0;
   std::optional<int64_t> revoked_ms;
   std::optional<int64_t> last_used_ms;  // updated at most once a minute
+  bool admin = false;                   // may use /v1/admin/* (docs/api.md, "Operator controls")
 };
 
 struct NewKey {
@@ -140,6 +141,90 @@ struct AuditQuery {
   int limit = 100;                  // 1..1'000'000, else kInvalidArgument
 };
 
+// One hit of the output audit (docs/adr/0015): which detector matched where
+// in what an execution (or a session's file download) sent back. Never the
+// matched text.
+struct OutputHitRow {
+  int64_t at_ms = 0;
+  std::optional<std::string> execution_id;  // nullopt: a downloaded file
+  std::optional<std::string> session_id;
+  std::string tenant;
+  std::string profile;
+  std::string detector;
+  std::string location;  // "stdout", "outputs[0].text", "files/out.txt", ...
+  std::string action;    // "flag", "redact", "block"
+  uint64_t count = 0;
+};
+
+struct OutputHitQuery {
+  std::optional<std::string> execution_id;
+  std::optional<std::string> tenant;
+  std::optional<int64_t> since_ms;
+  int limit = 100;
+};
+
+// One security event (docs/adr/0015): something suspicious the supervisor or
+// the server saw. `kind` is executions::EventKind's name.
+struct EventRow {
+  int64_t id = 0;  // assigned by RecordEvent, increasing
+  int64_t at_ms = 0;
+  std::string kind;
+  std::string tenant;  // "" when no tenant is known (an unauthenticated address)
+  std::string key_id;
+  std::optional<std::string> execution_id;
+  std::optional<std::string> session_id;
+  std::string client_addr;
+  std::string detail;  // one line for a person; never a secret or the code
+};
+
+struct EventQuery {
+  std::optional<std::string> tenant;
+  std::optional<std::string> kind;
+  std::optional<int64_t> since_ms;
+  std::optional<int64_t> after_id;  // id > after_id (a live reader's cursor)
+  int limit = 100;
+  bool oldest_first = false;  // default newest first
+};
+
+// A quarantined tenant (docs/api.md, "Operator controls"): its keys get 403.
+struct QuarantineRow {
+  std::string tenant;
+  int64_t since_ms = 0;
+  std::string reason;
+  std::string by;  // "key <id>", "kiln CLI", "rule <name>"
+};
+
+// The server's lockdown: new executions and sessions refused, kept across restarts.
+struct LockdownState {
+  bool on = false;
+  std::string reason;
+  int64_t since_ms = 0;
+  std::string by;
+};
+
+// One tenant's activity since a time (GET /v1/admin/tenants).
+struct TenantUsage {
+  std::string tenant;
+  int64_t executions = 0;  // rows started since (rejected ones included)
+  int64_t rejected = 0;
+  int64_t events = 0;  // security events since
+  std::optional<int64_t> last_execution_ms;
+};
+
+// One event waiting to be POSTed to a webhook (a durable queue: a restart
+// loses none).
+struct WebhookDelivery {
+  int64_t id = 0;
+  std::string webhook;  // its name in kiln.toml
+  int64_t event_id = 0;
+  std::string kind;
+  std::string body;  // the event's JSON
+  int64_t created_ms = 0;
+  int attempts = 0;
+  int64_t next_ms = 0;  // not before
+  std::string last_error;
+};
+
 class Store final {
  public:
   // Opens DATA_DIR/kiln.db, sets WAL mode and the busy timeout, and migrates
@@ -157,7 +242,7 @@ class Store final {
 
   // A new random key for `tenant` (1-64 chars of [A-Za-z0-9._-], else
   // kInvalidArgument). The full key is in the result only.
-  Result<NewKey> CreateKey(std::string_view tenant);
+  Result<NewKey> CreateKey(std::string_view tenant, bool admin = false);
   // Every key, revoked ones too, oldest first.
   Result<std::vector<KeyInfo>> ListKeys();
   // Marks the key revoked; later Authenticate calls refuse it. Revoking a
@@ -188,6 +273,33 @@ class Store final {
   // other callers are not blocked for long. Returns how many.
   Result<int> Prune(int64_t older_than_ms);
   Result<std::vector<AuditRow>> Query(const AuditQuery& query);
+
+  // --- Output audit hits (pruned with the executions, by at_ms).
+  Status RecordOutputHits(const std::vector<OutputHitRow>& hits);
+  // Newest first.
+  Result<std::vector<OutputHitRow>> QueryOutputHits(const OutputHitQuery& query);
+
+  // --- Security events (pruned with the executions, by at_ms).
+  // Returns the event's id.
+  Result<int64_t> RecordEvent(const EventRow& event);
+  Result<std::vector<EventRow>> QueryEvents(const EventQuery& query);
+
+  // --- Operator controls (kept across restarts).
+  Status SetQuarantine(const QuarantineRow& q);  // insert or replace
+  // Whether the tenant was quarantined.
+  Result<bool> ClearQuarantine(std::string_view tenant);
+  Result<std::vector<QuarantineRow>> ListQuarantines();
+  Status SetLockdown(const LockdownState& state);
+  Result<LockdownState> GetLockdown();  // on = false when never set
+  Result<std::vector<TenantUsage>> UsageSince(int64_t since_ms);
+
+  // --- The webhook queue.
+  Status EnqueueWebhook(const WebhookDelivery& d);
+  // Due ones (next_ms <= now), oldest first.
+  Result<std::vector<WebhookDelivery>> DueWebhooks(int64_t now_ms, int limit);
+  Status WebhookDone(int64_t id);  // delivered, or given up
+  Status WebhookRetry(int64_t id, int attempts, int64_t next_ms, const std::string& error);
+  Result<int64_t> WebhookQueued();
 
  private:
   Store(std::string path, std::unique_ptr<Db> db, OpenOptions options);

@@ -594,6 +594,95 @@ TEST(StoreAudit, PruneDeletesOldFinishedRowsInBatches) {
   EXPECT_EQ(kDefaultRetentionDays, 30);
 }
 
+TEST(StoreOutputHits, RecordQueryAndPrune) {
+  TempDir tmp;
+  auto s = MustOpen(tmp.path());
+  ASSERT_NE(s, nullptr);
+  OutputHitRow a;
+  a.at_ms = 1000;
+  a.execution_id = "e1";
+  a.tenant = "acme";
+  a.profile = "default";
+  a.detector = "kiln_api_key";
+  a.location = "stdout";
+  a.action = "redact";
+  a.count = 2;
+  OutputHitRow b = a;
+  b.execution_id = std::nullopt;
+  b.session_id = "s1";
+  b.location = "files/x.txt";
+  b.at_ms = 2'000'000;
+  ASSERT_TRUE(s->RecordOutputHits({a, b}).ok());
+  auto all = s->QueryOutputHits({});
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].location, "files/x.txt");  // newest first
+  EXPECT_FALSE((*all)[0].execution_id.has_value());
+  EXPECT_EQ((*all)[0].session_id, "s1");
+  OutputHitQuery q;
+  q.execution_id = "e1";
+  auto one = s->QueryOutputHits(q);
+  ASSERT_TRUE(one.ok());
+  ASSERT_EQ(one->size(), 1u);
+  EXPECT_EQ((*one)[0].count, 2u);
+  EXPECT_EQ((*one)[0].detector, "kiln_api_key");
+  // Retention: pruned with the executions.
+  auto n = s->Prune(500'000);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 1);
+  auto rest = s->QueryOutputHits({});
+  ASSERT_TRUE(rest.ok());
+  EXPECT_EQ(rest->size(), 1u);
+}
+
+TEST(StoreEvents, RecordQueryFilterCursorAndPrune) {
+  TempDir tmp;
+  auto s = MustOpen(tmp.path());
+  ASSERT_NE(s, nullptr);
+  EventRow e;
+  e.at_ms = 1000;
+  e.kind = "protocol_error";
+  e.tenant = "acme";
+  e.key_id = "0123456789ab";
+  e.execution_id = "x1";
+  e.client_addr = "127.0.0.1";
+  e.detail = "forged frame";
+  auto first = s->RecordEvent(e);
+  ASSERT_TRUE(first.ok()) << first.error().ToString();
+  e.at_ms = 2'000'000;
+  e.kind = "auth_failures";
+  e.tenant = "";
+  e.execution_id = std::nullopt;
+  auto second = s->RecordEvent(e);
+  ASSERT_TRUE(second.ok());
+  EXPECT_GT(*second, *first);
+  auto all = s->QueryEvents({});
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].kind, "auth_failures");  // newest first
+  EXPECT_FALSE((*all)[0].execution_id.has_value());
+  EventQuery by_kind;
+  by_kind.kind = "protocol_error";
+  auto pe = s->QueryEvents(by_kind);
+  ASSERT_TRUE(pe.ok());
+  ASSERT_EQ(pe->size(), 1u);
+  EXPECT_EQ((*pe)[0].detail, "forged frame");
+  EXPECT_EQ((*pe)[0].execution_id, "x1");
+  EventQuery after;
+  after.after_id = *first;
+  after.oldest_first = true;
+  auto later = s->QueryEvents(after);
+  ASSERT_TRUE(later.ok());
+  ASSERT_EQ(later->size(), 1u);
+  EXPECT_EQ((*later)[0].id, *second);
+  auto n = s->Prune(500'000);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 1);
+  auto rest = s->QueryEvents({});
+  ASSERT_TRUE(rest.ok());
+  EXPECT_EQ(rest->size(), 1u);
+}
+
 // --- Durability and concurrency.
 
 TEST(StoreDurability, RowsSurviveSigkillAndAreSeenByAnotherConnection) {

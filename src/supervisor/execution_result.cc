@@ -62,6 +62,7 @@ nlohmann::json ToJson(const ExecutionResult& r, bool with_files) {
   j["cpu_ms"] = r.cpu_ms;
   j["peak_memory_bytes"] = r.peak_memory_bytes;
   j["oom_kills"] = r.oom_kills;
+  j["pids_limit_hits"] = r.pids_limit_hits;
   j["limits_backend"] = r.limits_backend;
   j["reason"] = r.reason;
   if (with_files) {

@@ -77,7 +77,8 @@ struct ExecutionResult {
   double cpu_ms = 0;
   uint64_t peak_memory_bytes = 0;
   uint64_t oom_kills = 0;
-  std::string limits_backend;  // "cgroup v2", "cgroup v1", "rlimits"
+  uint64_t pids_limit_hits = 0;  // forks refused at the pids limit (cgroup pids.events max)
+  std::string limits_backend;    // "cgroup v2", "cgroup v1", "rlimits"
   std::vector<CollectedFile> files;
   std::vector<FileContentResult> returned_files;  // RunOptions::return_files
   std::vector<std::string> collect_skipped;       // "path: why" (symlinks, special files, limits)

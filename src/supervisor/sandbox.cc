@@ -678,6 +678,7 @@ struct Sandbox::State {
         }
         if (usage->has_memory_peak) r.peak_memory_bytes = usage->memory_peak;
         r.oom_kills = usage->oom_kills;
+        r.pids_limit_hits = usage->pids_max_hits;
       }
     }
 

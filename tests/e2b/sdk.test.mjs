@@ -3,7 +3,7 @@
 // pointed at a `kiln serve` of our own by E2B_API_URL, E2B_SANDBOX_URL and
 // E2B_API_KEY alone, as docs/e2b.md tells a user to (docs/e2b.md).
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { after, afterEach, before, describe, test } from 'node:test';
 
 import { Sandbox } from '@e2b/code-interpreter';
 
@@ -26,8 +26,11 @@ describe('E2B SDK against kiln serve', { skip: missing || false }, () => {
     process.env.E2B_SANDBOX_URL = server.url;
     process.env.E2B_API_KEY = server.key;
   });
+  // Each test's sandboxes end with it (a tenant has at most 8 live sessions).
+  afterEach(async () => {
+    for (const s of sandboxes.splice(0)) await s.kill().catch(() => {});
+  });
   after(async () => {
-    for (const s of sandboxes) await s.kill().catch(() => {});
     if (server) await server.stop();
   });
 
@@ -171,6 +174,63 @@ describe('E2B SDK against kiln serve', { skip: missing || false }, () => {
     // of 404 and 502 alone); kiln's body says why (docs/e2b.md).
     await assert.rejects(sbx.createCodeContext(), /501/);
     await assert.rejects(sbx.runCode('1', { envs: { A: 'b' } }), /env_vars|400/);
+  });
+
+  test('the sandbox is the kiln jail: no network, read-only root', async () => {
+    const sbx = await create();
+    const execution = await sbx.runCode(
+      [
+        'import socket',
+        'try:',
+        "    socket.create_connection(('1.1.1.1', 53), timeout=2); net = 'connected'",
+        'except OSError as e:',
+        "    net = 'refused'",
+        'try:',
+        "    open('/usr/kiln-e2b-probe', 'w'); root = 'writable'",
+        'except OSError as e:',
+        "    root = 'read-only'",
+        'net, root',
+      ].join('\n'),
+    );
+    assert.equal(execution.error, undefined, JSON.stringify(execution.error));
+    assert.equal(execution.text, "('refused', 'read-only')");
+  });
+
+  test('the wire: E2B error bodies, tokens, and the reference POST /execute beside E2B\'s', async () => {
+    const sbx = await create();
+    const api = (method, path, headers = {}) =>
+      fetch(`${server.url}${path}`, { method, headers: { 'X-API-KEY': server.key, ...headers } });
+    let res = await api('DELETE', '/sandboxes/0123456789abcdef0123456789abcdef');
+    assert.equal(res.status, 404);
+    assert.deepEqual(await res.json(), {
+      code: 404,
+      message: 'sandbox 0123456789abcdef0123456789abcdef not found',
+    });
+    res = await fetch(`${server.url}/v2/sandboxes`, { method: 'POST', body: '{}' });
+    assert.equal(res.status, 401);
+    assert.equal((await res.json()).code, 401);
+    const execute = (headers) =>
+      fetch(`${server.url}/execute`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', ...headers },
+        body: JSON.stringify({ code: 'print(1)' }),
+      });
+    // The sandbox's access token is required; the kiln key is not it.
+    res = await execute({ 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999', 'X-Access-Token': server.key });
+    assert.equal(res.status, 401);
+    res = await execute({ 'E2b-Sandbox-Id': 'nope', 'E2b-Sandbox-Port': '49999' });
+    assert.equal(res.status, 502);
+    res = await execute({ 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999', 'X-Access-Token': sbx.envdAccessToken });
+    assert.equal(res.status, 200);
+    const lines = (await res.text()).trim().split('\n').map((l) => JSON.parse(l));
+    assert.deepEqual(lines.map((l) => l.type), ['stdout', 'number_of_executions', 'end_of_execution']);
+    assert.equal(lines[0].text, '1\n');
+    // Without the E2B headers, POST /execute is the reference design's route.
+    res = await execute({ 'X-API-Key': server.key });
+    assert.equal(res.status, 200);
+    const ref = await res.json();
+    assert.equal(ref.stdout, '1\n');
+    assert.equal(ref.exit_code, 0);
   });
 
   test('a wrong key is refused in E2B\'s error shape', async () => {

@@ -5,6 +5,7 @@
 
 #include "base/log.h"
 #include "executions/service.h"
+#include "server/request.h"
 #include "store/time_format.h"
 
 namespace kiln::server::e2b {
@@ -146,6 +147,86 @@ class NdjsonStream {
   bool started_ = false;
   bool failed_ = false;
 };
+
+// A query parameter, percent-decoded; nullopt when absent or malformed.
+std::optional<std::string> QueryParam(const Request& req, std::string_view name) {
+  const std::string target(req.target());
+  const auto q = target.find('?');
+  if (q == std::string::npos) return std::nullopt;
+  std::string_view query(target);
+  query.remove_prefix(q + 1);
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    const auto eq = pair.find('=');
+    if (pair.substr(0, eq) == name) {
+      if (eq == std::string_view::npos) return std::string();
+      std::string value(pair.substr(eq + 1));
+      std::replace(value.begin(), value.end(), '+', ' ');
+      return PercentDecode(value);
+    }
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return std::nullopt;
+}
+
+// An E2B file path as a workspace path. E2B resolves relative paths against
+// the user's home directory, kiln against the workspace (the cells' working
+// directory); absolute paths name nothing kiln can map yet (docs/e2b.md).
+std::optional<std::string> WorkspacePath(const std::string& path, std::string* why) {
+  if (path.empty()) {
+    *why = "path: required";
+    return std::nullopt;
+  }
+  if (path.front() == '/') {
+    *why = "path " + path +
+           ": kiln takes paths relative to the workspace (E2B's home directory) only "
+           "(docs/e2b.md)";
+    return std::nullopt;
+  }
+  return path;
+}
+
+struct Part {
+  std::string filename;
+  std::string bytes;
+};
+
+// The parts of a multipart/form-data body (RFC 7578), or an error text.
+std::optional<std::string> ParseMultipart(const std::string& content_type, const std::string& body,
+                                          std::vector<Part>* parts) {
+  const auto b = content_type.find("boundary=");
+  if (content_type.rfind("multipart/form-data", 0) != 0 || b == std::string::npos)
+    return "Content-Type: must be multipart/form-data with a boundary";
+  std::string boundary = content_type.substr(b + 9);
+  if (auto semi = boundary.find(';'); semi != std::string::npos) boundary.resize(semi);
+  if (boundary.size() >= 2 && boundary.front() == '"' && boundary.back() == '"')
+    boundary = boundary.substr(1, boundary.size() - 2);
+  const std::string delimiter = "--" + boundary;
+  size_t pos = body.find(delimiter);
+  if (pos == std::string::npos) return "the multipart body has no boundary line";
+  for (;;) {
+    pos += delimiter.size();
+    if (body.compare(pos, 2, "--") == 0) return std::nullopt;  // the closing delimiter
+    if (body.compare(pos, 2, "\r\n") != 0) return "a malformed multipart boundary line";
+    pos += 2;
+    const auto head_end = body.find("\r\n\r\n", pos);
+    if (head_end == std::string::npos) return "a multipart part without a blank line";
+    const std::string head = body.substr(pos, head_end - pos);
+    const auto next = body.find("\r\n" + delimiter, head_end + 4);
+    if (next == std::string::npos) return "a multipart part without its end";
+    Part part;
+    part.bytes = body.substr(head_end + 4, next - head_end - 4);
+    if (auto f = head.find("filename=\""); f != std::string::npos) {
+      const auto end = head.find('"', f + 10);
+      if (end == std::string::npos) return "a multipart filename without its end";
+      part.filename = head.substr(f + 10, end - f - 10);
+    }
+    parts->push_back(std::move(part));
+    pos = next + 2;
+  }
+}
 
 }  // namespace
 
@@ -349,6 +430,9 @@ Reply Front::Sandbox(const Request& req, const std::string& peer, mcp::SseWriter
     if (!got.ok()) return Error(502, "sandbox " + id + " is not running: " + got.error().message);
     return NoContent();
   }
+  if (port == kEnvdPort && path == "/files" && (method == "GET" || method == "POST")) {
+    return Files(req, id, caller);
+  }
   if (port == kInterpreterPort && method == "POST" && path == "/execute") {
     return Execute(req, id, caller, stream, hangup_fd);
   }
@@ -365,6 +449,39 @@ Reply Front::Sandbox(const Request& req, const std::string& peer, mcp::SseWriter
   }
   return Error(501, method + " " + path + " on port " + port +
                         " is not supported by kiln yet (docs/e2b.md)");
+}
+
+Reply Front::Files(const Request& req, const std::string& id, const sessions::Caller& caller) {
+  std::string why;
+  const auto query_path = QueryParam(req, "path");
+  if (req.method() == boost::beast::http::verb::get) {
+    const auto path = WorkspacePath(query_path.value_or(""), &why);
+    if (!path) return Error(400, why);
+    auto bytes = sessions_->GetFile(caller, id, *path);
+    if (!bytes.ok()) return FromError(bytes.error());
+    Reply r;
+    r.headers = {{"Content-Type", "application/octet-stream"}};
+    r.body = std::move(*bytes);
+    return r;
+  }
+  std::vector<Part> parts;
+  if (auto bad = ParseMultipart(Header(req, "Content-Type").value_or(""), req.body(), &parts))
+    return Error(400, *bad);
+  if (parts.empty()) return Error(400, "no file in the multipart body");
+  nlohmann::json written = nlohmann::json::array();
+  for (const Part& part : parts) {
+    // One file: the query names it; several: each part's filename does.
+    const std::string& name = parts.size() == 1 && query_path ? *query_path : part.filename;
+    const auto path = WorkspacePath(name, &why);
+    if (!path) return Error(400, why);
+    Status st = sessions_->PutFile(caller, id, *path, part.bytes);
+    if (!st.ok()) return FromError(st.error());
+    const auto slash = path->rfind('/');
+    written.push_back({{"name", slash == std::string::npos ? *path : path->substr(slash + 1)},
+                       {"type", "file"},
+                       {"path", *path}});
+  }
+  return JsonReply(200, written);
 }
 
 Reply Front::Execute(const Request& req, const std::string& id, const sessions::Caller& caller,

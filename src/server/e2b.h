@@ -76,6 +76,7 @@ class Front final {
   std::optional<Entry> Lookup(const std::string& id, const std::string& tenant);
   nlohmann::json Info(const std::string& id, const Entry& e, const nlohmann::json& session) const;
   nlohmann::json Created(const std::string& id, const Entry& e) const;
+  Reply Files(const Request& req, const std::string& id, const sessions::Caller& caller);
   Reply Execute(const Request& req, const std::string& id, const sessions::Caller& caller,
                 mcp::SseWriter* stream, int hangup_fd);
 

@@ -176,6 +176,25 @@ describe('E2B SDK against kiln serve', { skip: missing || false }, () => {
     await assert.rejects(sbx.runCode('1', { envs: { A: 'b' } }), /env_vars|400/);
   });
 
+  test('files: write, read what the code wrote, binary-safe, missing is NotFound', async () => {
+    const sbx = await create();
+    const info = await sbx.files.write('notes/hello.txt', 'hi from the SDK');
+    assert.equal(info.name, 'hello.txt');
+    assert.equal(info.path, 'notes/hello.txt');
+    const seen = await sbx.runCode("open('notes/hello.txt').read()");
+    assert.equal(seen.text, "'hi from the SDK'");
+    await sbx.runCode("open('out.bin', 'wb').write(bytes(range(256)))");
+    const bytes = await sbx.files.read('out.bin', { format: 'bytes' });
+    assert.deepEqual([...bytes], [...Array(256).keys()]);
+    assert.equal(await sbx.files.read('notes/hello.txt'), 'hi from the SDK');
+    await assert.rejects(sbx.files.read('no-such-file'), (err) => {
+      assert.equal(err.name, 'FileNotFoundError', `${err.name}: ${err.message}`);
+      return true;
+    });
+    // Absolute paths are not mapped yet (docs/e2b.md): refused with the reason.
+    await assert.rejects(sbx.files.write('/etc/x', 'no'), /relative to the workspace/);
+  });
+
   test('the sandbox is the kiln jail: no network, read-only root', async () => {
     const sbx = await create();
     const execution = await sbx.runCode(

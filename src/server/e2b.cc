@@ -441,6 +441,11 @@ Reply Front::Sandbox(const Request& req, const std::string& peer, mcp::SseWriter
                  "code contexts are not supported by kiln yet: a sandbox has one "
                  "interpreter state, its default context (docs/e2b.md)");
   }
+  if (port == kEnvdPort && method == "POST" &&
+      (path == "/filesystem.Filesystem/Stat" || path == "/filesystem.Filesystem/ListDir" ||
+       path == "/filesystem.Filesystem/Remove")) {
+    return ConnectFilesystem(req, path, id, caller);
+  }
   if (port == kEnvdPort &&
       (path.rfind("/filesystem.", 0) == 0 || path.rfind("/process.", 0) == 0)) {
     // Connect's error shape, so that the SDK's message says why.
@@ -482,6 +487,82 @@ Reply Front::Files(const Request& req, const std::string& id, const sessions::Ca
                        {"path", *path}});
   }
   return JsonReply(200, written);
+}
+
+// A Connect protocol error (unary, JSON): {code, message} with its status.
+Reply ConnectError(const kiln::Error& e) {
+  static const std::pair<Code, std::pair<int, const char*>> kCodes[] = {
+      {Code::kInvalidArgument, {400, "invalid_argument"}},
+      {Code::kNotFound, {404, "not_found"}},
+      {Code::kGone, {404, "not_found"}},
+      {Code::kAborted, {409, "aborted"}},
+      {Code::kResourceExhausted, {429, "resource_exhausted"}},
+      {Code::kUnavailable, {503, "unavailable"}}};
+  std::pair<int, const char*> status{500, "internal"};
+  for (const auto& [code, s] : kCodes) {
+    if (e.code == code) status = s;
+  }
+  return JsonReply(status.first, {{"code", status.second}, {"message", e.message}});
+}
+
+// filesystem.Filesystem's Stat, ListDir and Remove (`files.exists`,
+// `files.getInfo`, `files.list`, `files.remove`), Connect unary calls with JSON messages, over the
+// session's file list. Paths are relative to the workspace; "." (or "") is the workspace itself.
+Reply Front::ConnectFilesystem(const Request& req, const std::string& rpc, const std::string& id,
+                               const sessions::Caller& caller) {
+  auto body = ObjectBody(req);
+  if (!body || !body->value("path", nlohmann::json()).is_string())
+    return ConnectError(InvalidField("path", "path: required, a string"));
+  std::string path = (*body)["path"].get<std::string>();
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  if (path == "." || path == "./") path.clear();
+  if (!path.empty() && path.front() == '/') {
+    return ConnectError(InvalidField(
+        "path", "path " + path +
+                    ": kiln takes paths relative to the workspace (E2B's home directory) only "
+                    "(docs/e2b.md)"));
+  }
+  if (rpc == "/filesystem.Filesystem/Remove") {
+    // A file, an empty directory or a symlink (the session's DeleteFile).
+    Status st = sessions_->DeleteFile(caller, id, path);
+    return st.ok() ? JsonReply(200, nlohmann::json::object()) : ConnectError(st.error());
+  }
+  auto files = sessions_->ListFiles(caller, id);
+  if (!files.ok()) return ConnectError(files.error());
+  auto entry = [](const nlohmann::json& f) {
+    const std::string p = f.value("path", "");
+    const auto slash = p.rfind('/');
+    return nlohmann::json{{"name", slash == std::string::npos ? p : p.substr(slash + 1)},
+                          {"type", f.value("directory", false) ? 2 : 1},  // FILE_TYPE_DIRECTORY
+                          {"path", p},
+                          {"size", f.value("size", int64_t{0})}};
+  };
+  const nlohmann::json* found = nullptr;
+  for (const auto& f : *files) {
+    if (f.value("path", "") == path) found = &f;
+  }
+  if (!path.empty() && found == nullptr)
+    return ConnectError(MakeError(Code::kNotFound, "no file or directory " + path));
+  if (rpc == "/filesystem.Filesystem/Stat") {
+    if (found == nullptr)  // the workspace itself
+      return JsonReply(200, {{"entry", {{"name", "."}, {"type", 2}, {"path", "."}, {"size", 0}}}});
+    return JsonReply(200, {{"entry", entry(*found)}});
+  }
+  if (found != nullptr && !found->value("directory", false))
+    return ConnectError(InvalidField("path", "path " + path + " is not a directory"));
+  int64_t depth = 1;
+  if (body->contains("depth") && (*body)["depth"].is_number_integer())
+    depth = std::max<int64_t>(1, (*body)["depth"].get<int64_t>());
+  const std::string prefix = path.empty() ? "" : path + "/";
+  nlohmann::json entries = nlohmann::json::array();
+  for (const auto& f : *files) {
+    const std::string p = f.value("path", "");
+    if (p.size() <= prefix.size() || p.compare(0, prefix.size(), prefix) != 0) continue;
+    const auto levels =
+        std::count(p.begin() + static_cast<std::ptrdiff_t>(prefix.size()), p.end(), '/');
+    if (levels < depth) entries.push_back(entry(f));
+  }
+  return JsonReply(200, {{"entries", entries}});
 }
 
 Reply Front::Execute(const Request& req, const std::string& id, const sessions::Caller& caller,

@@ -77,6 +77,8 @@ class Front final {
   nlohmann::json Info(const std::string& id, const Entry& e, const nlohmann::json& session) const;
   nlohmann::json Created(const std::string& id, const Entry& e) const;
   Reply Files(const Request& req, const std::string& id, const sessions::Caller& caller);
+  Reply ConnectFilesystem(const Request& req, const std::string& rpc, const std::string& id,
+                          const sessions::Caller& caller);
   Reply Execute(const Request& req, const std::string& id, const sessions::Caller& caller,
                 mcp::SseWriter* stream, int hangup_fd);
 

@@ -191,6 +191,23 @@ describe('E2B SDK against kiln serve', { skip: missing || false }, () => {
       assert.equal(err.name, 'FileNotFoundError', `${err.name}: ${err.message}`);
       return true;
     });
+    // files.exists, files.getInfo and files.list (Connect RPC Stat and ListDir).
+    assert.equal(await sbx.files.exists('notes/hello.txt'), true);
+    assert.equal(await sbx.files.exists('notes/nope.txt'), false);
+    const stat = await sbx.files.getInfo('notes/hello.txt');
+    assert.equal(stat.type, 'file');
+    assert.equal(stat.size, 'hi from the SDK'.length);
+    const top = await sbx.files.list('.');
+    assert.deepEqual(
+      top.map((e) => [e.name, e.type]).sort(),
+      [['notes', 'dir'], ['out.bin', 'file']],
+    );
+    const deep = await sbx.files.list('.', { depth: 2 });
+    assert.ok(deep.some((e) => e.path === 'notes/hello.txt' && e.type === 'file'));
+    assert.deepEqual((await sbx.files.list('notes')).map((e) => e.name), ['hello.txt']);
+    await sbx.files.remove('out.bin');
+    assert.equal(await sbx.files.exists('out.bin'), false);
+    assert.equal((await sbx.runCode("import os; os.path.exists('out.bin')")).text, 'False');
     // Absolute paths are not mapped yet (docs/e2b.md): refused with the reason.
     await assert.rejects(sbx.files.write('/etc/x', 'no'), /relative to the workspace/);
   });

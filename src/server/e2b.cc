@@ -406,12 +406,10 @@ Reply Front::Api(const Request& req, const store::KeyInfo& key, const std::strin
   return JsonReply(200, Created(id, *entry));
 }
 
-Reply Front::Sandbox(const Request& req, const std::string& peer, mcp::SseWriter* stream,
-                     int hangup_fd) {
-  const std::string id = Header(req, "E2b-Sandbox-Id").value_or("");
-  const std::string port = Header(req, "E2b-Sandbox-Port").value_or("");
-  std::string token = Header(req, "X-Access-Token").value_or("");
-  if (token.empty()) token = Header(req, "E2B-Traffic-Access-Token").value_or("");
+std::optional<Reply> Front::Refusal(const Request& head, Entry* out) {
+  const std::string id = Header(head, "E2b-Sandbox-Id").value_or("");
+  std::string token = Header(head, "X-Access-Token").value_or("");
+  if (token.empty()) token = Header(head, "E2B-Traffic-Access-Token").value_or("");
   std::optional<Entry> entry;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -421,6 +419,17 @@ Reply Front::Sandbox(const Request& req, const std::string& peer, mcp::SseWriter
   if (!entry) return Error(502, "sandbox " + id + " is not running");
   if (!SameToken(token, entry->access_token))
     return Error(401, "the sandbox's access token is missing or wrong");
+  if (out != nullptr) *out = *entry;
+  return std::nullopt;
+}
+
+Reply Front::Sandbox(const Request& req, const std::string& peer, mcp::SseWriter* stream,
+                     int hangup_fd) {
+  const std::string id = Header(req, "E2b-Sandbox-Id").value_or("");
+  const std::string port = Header(req, "E2b-Sandbox-Port").value_or("");
+  Entry found;
+  if (auto refused = Refusal(req, &found)) return *refused;
+  const Entry* entry = &found;
   const sessions::Caller caller{entry->tenant, entry->key_id, peer};
   const std::string method(req.method_string());
   const std::string path = PathOf(req);

@@ -60,6 +60,10 @@ class Front final {
 
   // The control plane; `key` is the caller's (checked by the server).
   Reply Api(const Request& req, const store::KeyInfo& key, const std::string& peer);
+  // An in-sandbox request's refusal from its headers alone (an unknown
+  // sandbox: 502; a missing or wrong access token: 401), so that the server
+  // answers it before reading its body; nullopt: it may proceed.
+  std::optional<Reply> Refusal(const Request& head) { return Refusal(head, nullptr); }
   // The in-sandbox services. `stream`: the connection, for /execute's
   // newline-delimited events; `hangup_fd`: the client's socket.
   Reply Sandbox(const Request& req, const std::string& peer, mcp::SseWriter* stream, int hangup_fd);
@@ -73,6 +77,7 @@ class Front final {
     nlohmann::json metadata;
     int64_t started_ms = 0;
   };
+  std::optional<Reply> Refusal(const Request& head, Entry* entry);
   std::optional<Entry> Lookup(const std::string& id, const std::string& tenant);
   nlohmann::json Info(const std::string& id, const Entry& e, const nlohmann::json& session) const;
   nlohmann::json Created(const std::string& id, const Entry& e) const;

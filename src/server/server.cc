@@ -502,6 +502,9 @@ struct HttpServer::Impl {
         } else {
           gate.key = **auth;
         }
+      } else if (auto refused = e2b->Refusal(head)) {
+        gate.refusal = Json(static_cast<http::status>(refused->status),
+                            nlohmann::json::parse(refused->body), v, true);
       }
       return gate;
     }

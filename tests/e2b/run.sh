@@ -9,4 +9,5 @@ if [ ! -f "$dir/node_modules/@e2b/code-interpreter/package.json" ]; then
   exit 77
 fi
 cd "$dir" || exit 1
+node check.mjs || exit $?
 exec node --test --test-reporter=spec --test-concurrency=1 sdk.test.mjs

@@ -21,6 +21,7 @@
 #include "base/log.h"
 #include "mcp/http_transport.h"
 #include "mcp/local_backend.h"
+#include "server/e2b.h"
 #include "server/request.h"
 #include "store/api_key.h"
 #include "store/time_format.h"
@@ -367,6 +368,7 @@ struct HttpServer::Impl {
   std::map<int, Clock::time_point> reading;
   std::thread reaper;
   std::unique_ptr<mcp::HttpService> mcp;  // /mcp (with sessions only)
+  std::unique_ptr<e2b::Front> e2b;        // E2B's API and sandbox routes (with sessions only)
 
   // --- connections ---------------------------------------------------------
 
@@ -528,6 +530,27 @@ struct HttpServer::Impl {
     const std::string method(head.method_string());
     const RouteMatch match = MatchPath(target);
     const unsigned v = head.version();
+    // E2B's routes (src/server/e2b.h): its API by the key, in E2B's error
+    // shape; its in-sandbox routes by the sandbox's access token (e2b::Front).
+    if (const auto kind = e2b ? e2b::Classify(head) : e2b::Kind::kNone; kind != e2b::Kind::kNone) {
+      if (kind == e2b::Kind::kApi) {
+        auto auth = Authenticate(head);
+        if (!auth.ok() || !*auth) {
+          const int status = auth.ok() ? 401 : 503;
+          const e2b::Reply r =
+              e2b::Error(status, auth.ok() ? "a valid kiln API key is required in X-API-KEY"
+                                           : auth.error().message);
+          gate.refusal =
+              Json(static_cast<http::status>(status), nlohmann::json::parse(r.body), v, true);
+        } else {
+          gate.key = **auth;
+        }
+      } else if (auto refused = e2b->Refusal(head)) {
+        gate.refusal = Json(static_cast<http::status>(refused->status),
+                            nlohmann::json::parse(refused->body), v, true);
+      }
+      return gate;
+    }
     switch (Classify(method, target, match)) {
       case Access::kOpen: return gate;
       case Access::kNotFound:
@@ -732,7 +755,9 @@ struct HttpServer::Impl {
     Response res;
     const RouteMatch match = MatchPath(target);
     const std::string pattern_route = method + " " + match.pattern;
-    if (route == "GET /healthz") {
+    if (const auto kind = e2b ? e2b::Classify(req) : e2b::Kind::kNone; kind != e2b::Kind::kNone) {
+      res = E2b(req, kind, key, peer, socket);
+    } else if (route == "GET /healthz") {
       res = Json(http::status::ok, {{"status", "ok"}}, req.version(), true);
     } else if (route == "GET /readyz") {
       bool ready = Ready();
@@ -1093,6 +1118,30 @@ struct HttpServer::Impl {
       body["output_files"] = nullptr;
     }
     return Json(http::status::ok, body, req.version(), true);
+  }
+
+  // --- E2B (docs/e2b.md) -----------------------------------------------------
+
+  Response E2b(const Request& req, e2b::Kind kind, const std::optional<store::KeyInfo>& key,
+               const std::string& peer, tcp::socket& socket) {
+    e2b::Reply reply;
+    if (kind == e2b::Kind::kApi) {
+      // Admit refuses the API without a key.
+      reply = key ? e2b->Api(req, *key, peer) : e2b::Error(401, "no key checked");
+    } else {
+      McpSseWriter writer(socket, request_id, deps.config->server.client_timeout_s);
+      reply = e2b->Sandbox(req, peer, &writer, socket.native_handle());
+    }
+    if (reply.streamed) {
+      streamed = true;
+      return Response{http::status::ok, 11};  // for the log line: the stream began with 200
+    }
+    Response res{static_cast<http::status>(reply.status), req.version()};
+    for (const auto& [name, value] : reply.headers) res.set(name, value);
+    res.keep_alive(true);
+    res.body() = std::move(reply.body);
+    res.prepare_payload();
+    return res;
   }
 
   // --- MCP (docs/mcp.md) -----------------------------------------------------
@@ -1533,6 +1582,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Bind(const std::string& listen, 
                                                      sessions::Caller{r.tenant, r.key_id, r.peer});
         },
         options);
+    impl->e2b = std::make_unique<e2b::Front>(&cfg, manager);
   }
   beast::error_code ec;
   const auto address = asio::ip::make_address(host, ec);

@@ -50,6 +50,7 @@ struct SessionManager::Session {
   double max_timeout_s = 30;
   double idle_ttl_s = 600;
   double max_lifetime_s = 3600;
+  double lifetime_cap_s = 3600;  // max_lifetime at creation: SetLifetime's bound
   int64_t created_ms = 0;
   nlohmann::json limits;
   bool pooled = false;  // its sandbox came from the warm pool (preloads imported)
@@ -147,6 +148,7 @@ Result<nlohmann::json> SessionManager::Create(const Caller& caller, const Sessio
   s->max_timeout_s = max_timeout;
   s->idle_ttl_s = options.idle_ttl_s.value_or(idle_cap);
   s->max_lifetime_s = options.max_lifetime_s.value_or(life_cap);
+  s->lifetime_cap_s = s->max_lifetime_s;
   spawner::SessionRequest req;
   req.id = s->id;
   req.profile = profile_name;
@@ -271,6 +273,20 @@ void SessionManager::End(const std::shared_ptr<Session>& s, const std::string& r
 Status SessionManager::Delete(const Caller& caller, const std::string& id) {
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
   End(s, "deleted by the client");
+  return OkStatus();
+}
+
+Status SessionManager::SetLifetime(const Caller& caller, const std::string& id, double seconds) {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
+  std::lock_guard<std::mutex> lock(mu_);
+  const double age_s = static_cast<double>(NowMs() - s->created_ms) / 1000;
+  const double lifetime = age_s + seconds;
+  if (!(seconds > 0) || lifetime > s->lifetime_cap_s) {
+    return InvalidField("timeout",
+                        "timeout: must be more than 0 s and end at most " + Fmt(s->lifetime_cap_s) +
+                            " s after the session started (it is " + Fmt(age_s) + " s old)");
+  }
+  s->max_lifetime_s = lifetime;
   return OkStatus();
 }
 

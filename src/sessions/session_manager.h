@@ -83,6 +83,12 @@ class SessionManager final {
   // Ends it (a running cell is killed). kNotFound / kGone.
   Status Delete(const Caller& caller, const std::string& id);
 
+  // Sets the session to end `seconds` from now (its max_lifetime becomes its
+  // age plus `seconds`): E2B's sandbox timeout (docs/e2b.md). At most the
+  // max_lifetime it was created with (the sandbox's cpu budget was sized for
+  // it): kInvalidArgument, field "timeout", beyond. kNotFound / kGone.
+  Status SetLifetime(const Caller& caller, const std::string& id, double seconds);
+
   // Runs one cell. Errors: kNotFound, kGone, kAborted (a cell or file
   // operation is running), kInvalidArgument (timeout over the profile's
   // maximum). A cell that loses the session (hard kill) ends it: the result

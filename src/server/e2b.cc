@@ -1,0 +1,661 @@
+#include "server/e2b.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/log.h"
+#include "executions/service.h"
+#include "server/request.h"
+#include "store/time_format.h"
+
+namespace kiln::server::e2b {
+namespace {
+
+namespace http = boost::beast::http;
+
+// The envd version the create answer reports. 0.4.0 is the lowest with which
+// the SDK authenticates by the access token alone (below it, it sends a
+// username); kiln claims no later envd feature (stdin close, octet-stream
+// uploads: 0.5.x).
+constexpr const char* kEnvdVersion = "0.4.0";
+// The ports the SDK names in E2b-Sandbox-Port.
+constexpr const char* kEnvdPort = "49983";
+constexpr const char* kInterpreterPort = "49999";
+// The templates of E2B's own SDKs: the server's default profile.
+constexpr const char* kDefaultTemplates[] = {"code-interpreter-v1", "base"};
+
+std::string PathOf(const Request& req) {
+  std::string target(req.target());
+  if (auto q = target.find('?'); q != std::string::npos) target.resize(q);
+  return target;
+}
+
+std::optional<std::string> Header(const Request& req, std::string_view name) {
+  auto it = req.find(boost::beast::string_view(name.data(), name.size()));
+  if (it == req.end()) return std::nullopt;
+  return std::string(it->value());
+}
+
+Reply JsonReply(int status, const nlohmann::json& body) {
+  Reply r;
+  r.status = status;
+  r.headers = {{"Content-Type", "application/json"}};
+  r.body = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return r;
+}
+
+Reply NoContent() {
+  Reply r;
+  r.status = 204;
+  return r;
+}
+
+// A kiln error as E2B's: the status of kiln's table for the codes sessions
+// return, with a gone session reported as not found (E2B has no 410).
+int StatusOf(const kiln::Error& e) {
+  static const std::pair<Code, int> kStatus[] = {
+      {Code::kInvalidArgument, 400}, {Code::kNotFound, 404},          {Code::kGone, 404},
+      {Code::kAborted, 409},         {Code::kResourceExhausted, 429}, {Code::kUnavailable, 503},
+      {Code::kUnauthenticated, 401}, {Code::kPermissionDenied, 403},  {Code::kUnimplemented, 501}};
+  for (const auto& [code, status] : kStatus) {
+    if (e.code == code) return status;
+  }
+  return 500;
+}
+
+Reply FromError(const kiln::Error& e) { return Error(StatusOf(e), e.message); }
+
+// "/sandboxes/ID/timeout" -> {"ID", "timeout"}; "/sandboxes/ID" -> {"ID", ""}.
+std::pair<std::string, std::string> SplitId(const std::string& rest) {
+  const auto slash = rest.find('/');
+  if (slash == std::string::npos) return {rest, ""};
+  return {rest.substr(0, slash), rest.substr(slash + 1)};
+}
+
+// A JSON object body (an empty body is {}); nullopt when it is not one.
+std::optional<nlohmann::json> ObjectBody(const Request& req) {
+  if (req.body().empty()) return nlohmann::json::object();
+  auto j = nlohmann::json::parse(req.body(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  return j;
+}
+
+bool Present(const nlohmann::json& body, const char* field) {
+  auto it = body.find(field);
+  return it != body.end() && !it->is_null();
+}
+
+// The `timeout` field (seconds): nullopt when absent; an error text when bad.
+std::optional<std::string> TimeoutOf(const nlohmann::json& body, std::optional<double>* out) {
+  if (!Present(body, "timeout")) return std::nullopt;
+  const auto& t = body["timeout"];
+  if (!t.is_number() || !(t.get<double>() > 0)) return "timeout: must be a number of seconds > 0";
+  *out = t.get<double>();
+  return std::nullopt;
+}
+
+bool SameToken(const std::string& a, const std::string& b) {
+  if (a.size() != b.size() || a.empty()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+// kiln's MIME bundle (nbformat `data`) as the fields of E2B's result event.
+void AddMimeBundle(const nlohmann::json& data, nlohmann::json* event) {
+  static const std::pair<const char*, const char*> kFields[] = {
+      {"text/plain", "text"},        {"text/html", "html"},
+      {"text/markdown", "markdown"}, {"image/svg+xml", "svg"},
+      {"image/png", "png"},          {"image/jpeg", "jpeg"},
+      {"application/pdf", "pdf"},    {"text/latex", "latex"},
+      {"application/json", "json"},  {"application/javascript", "javascript"}};
+  if (!data.is_object()) return;
+  for (const auto& [mime, value] : data.items()) {
+    std::string field = mime;  // other types keep their MIME name (the SDK's `extra`)
+    for (const auto& [m, f] : kFields) {
+      if (mime == m) field = f;
+    }
+    (*event)[field] = value;
+  }
+}
+
+// Writes /execute's newline-delimited JSON events, one chunk each, sending
+// the head with the first.
+class NdjsonStream {
+ public:
+  explicit NdjsonStream(mcp::SseWriter* w) : w_(w) {}
+  bool started() const { return started_; }
+  void Event(const nlohmann::json& event) {
+    if (failed_) return;
+    if (!started_) {
+      started_ = true;
+      if (!w_->Begin(200,
+                     {{"Content-Type", "application/x-ndjson"}, {"Cache-Control", "no-cache"}})) {
+        failed_ = true;
+        return;
+      }
+    }
+    failed_ =
+        !w_->Write(event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  }
+  void End() {
+    if (started_ && !failed_) w_->End();
+  }
+
+ private:
+  mcp::SseWriter* w_;
+  bool started_ = false;
+  bool failed_ = false;
+};
+
+// A query parameter, percent-decoded; nullopt when absent or malformed.
+std::optional<std::string> QueryParam(const Request& req, std::string_view name) {
+  const std::string target(req.target());
+  const auto q = target.find('?');
+  if (q == std::string::npos) return std::nullopt;
+  std::string_view query(target);
+  query.remove_prefix(q + 1);
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    const auto eq = pair.find('=');
+    if (pair.substr(0, eq) == name) {
+      if (eq == std::string_view::npos) return std::string();
+      std::string value(pair.substr(eq + 1));
+      std::replace(value.begin(), value.end(), '+', ' ');
+      return PercentDecode(value);
+    }
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return std::nullopt;
+}
+
+// An E2B file path as a workspace path. E2B resolves relative paths against
+// the user's home directory, kiln against the workspace (the cells' working
+// directory); absolute paths name nothing kiln can map yet (docs/e2b.md).
+std::optional<std::string> WorkspacePath(const std::string& path, std::string* why) {
+  if (path.empty()) {
+    *why = "path: required";
+    return std::nullopt;
+  }
+  if (path.front() == '/') {
+    *why = "path " + path +
+           ": kiln takes paths relative to the workspace (E2B's home directory) only "
+           "(docs/e2b.md)";
+    return std::nullopt;
+  }
+  return path;
+}
+
+struct Part {
+  std::string filename;
+  std::string bytes;
+};
+
+// The parts of a multipart/form-data body (RFC 7578), or an error text.
+std::optional<std::string> ParseMultipart(const std::string& content_type, const std::string& body,
+                                          std::vector<Part>* parts) {
+  const auto b = content_type.find("boundary=");
+  if (content_type.rfind("multipart/form-data", 0) != 0 || b == std::string::npos)
+    return "Content-Type: must be multipart/form-data with a boundary";
+  std::string boundary = content_type.substr(b + 9);
+  if (auto semi = boundary.find(';'); semi != std::string::npos) boundary.resize(semi);
+  if (boundary.size() >= 2 && boundary.front() == '"' && boundary.back() == '"')
+    boundary = boundary.substr(1, boundary.size() - 2);
+  const std::string delimiter = "--" + boundary;
+  size_t pos = body.find(delimiter);
+  if (pos == std::string::npos) return "the multipart body has no boundary line";
+  for (;;) {
+    pos += delimiter.size();
+    if (body.compare(pos, 2, "--") == 0) return std::nullopt;  // the closing delimiter
+    if (body.compare(pos, 2, "\r\n") != 0) return "a malformed multipart boundary line";
+    pos += 2;
+    const auto head_end = body.find("\r\n\r\n", pos);
+    if (head_end == std::string::npos) return "a multipart part without a blank line";
+    const std::string head = body.substr(pos, head_end - pos);
+    const auto next = body.find("\r\n" + delimiter, head_end + 4);
+    if (next == std::string::npos) return "a multipart part without its end";
+    Part part;
+    part.bytes = body.substr(head_end + 4, next - head_end - 4);
+    if (auto f = head.find("filename=\""); f != std::string::npos) {
+      const auto end = head.find('"', f + 10);
+      if (end == std::string::npos) return "a multipart filename without its end";
+      part.filename = head.substr(f + 10, end - f - 10);
+    }
+    parts->push_back(std::move(part));
+    pos = next + 2;
+  }
+}
+
+}  // namespace
+
+Reply Error(int status, const std::string& message) {
+  return JsonReply(status, {{"code", status}, {"message", message}});
+}
+
+Kind Classify(const Request& head) {
+  if (head.find("E2b-Sandbox-Id") != head.end()) return Kind::kSandbox;
+  const std::string path = PathOf(head);
+  if (path == "/v2/sandboxes" || path.rfind("/v2/sandboxes/", 0) == 0 || path == "/sandboxes" ||
+      path.rfind("/sandboxes/", 0) == 0) {
+    return Kind::kApi;
+  }
+  return Kind::kNone;
+}
+
+std::optional<Front::Entry> Front::Lookup(const std::string& id, const std::string& tenant) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end() || it->second.tenant != tenant) return std::nullopt;
+  return it->second;
+}
+
+nlohmann::json Front::Created(const std::string& id, const Entry& e) const {
+  return {{"sandboxID", id},
+          {"templateID", e.template_id},
+          {"clientID", "kiln"},
+          {"envdVersion", kEnvdVersion},
+          {"envdAccessToken", e.access_token},
+          {"trafficAccessToken", e.access_token},
+          {"domain", nullptr}};
+}
+
+nlohmann::json Front::Info(const std::string& id, const Entry& e,
+                           const nlohmann::json& session) const {
+  const double lifetime_s = session.value("max_lifetime", 0.0);
+  const auto& limits = session.value("limits", nlohmann::json::object());
+  nlohmann::json info = Created(id, e);
+  info.erase("envdAccessToken");
+  info.erase("trafficAccessToken");
+  info["metadata"] = e.metadata;
+  info["startedAt"] = store::FormatTimeMs(e.started_ms, true);
+  info["endAt"] = store::FormatTimeMs(
+      e.started_ms + static_cast<int64_t>(std::llround(lifetime_s * 1000)), true);
+  info["state"] = "running";
+  info["cpuCount"] = static_cast<int>(std::ceil(limits.value("cpus", 1.0)));
+  info["memoryMB"] = limits.value("memory_bytes", int64_t{0}) / (1024 * 1024);
+  info["diskSizeMB"] = limits.value("disk_bytes", int64_t{0}) / (1024 * 1024);
+  info["allowInternetAccess"] = false;
+  return info;
+}
+
+Reply Front::Api(const Request& req, const store::KeyInfo& key, const std::string& peer) {
+  const sessions::Caller caller{key.tenant, key.id, peer};
+  const std::string method(req.method_string());
+  const std::string path = PathOf(req);
+
+  if (path == "/v2/sandboxes" && method == "POST") {
+    auto body = ObjectBody(req);
+    if (!body) return Error(400, "the body must be a JSON object");
+    // What kiln cannot honour is refused, never ignored.
+    for (const char* field : {"mcp", "network", "iam", "volumeMounts", "autoResume"}) {
+      if (Present(*body, field))
+        return Error(400, std::string(field) + " is not supported by kiln (docs/e2b.md)");
+    }
+    if (body->value("allow_internet_access", false))
+      return Error(400, "allow_internet_access: kiln sandboxes have no network");
+    if (body->value("autoPause", false))
+      return Error(400, "autoPause: kiln sandboxes cannot be paused");
+    if (Present(*body, "envVars") &&
+        !((*body)["envVars"].is_object() && (*body)["envVars"].empty())) {
+      return Error(400, "envVars: not supported by kiln yet (docs/e2b.md)");
+    }
+    std::string template_id = "code-interpreter-v1";
+    if (Present(*body, "templateID")) {
+      if (!(*body)["templateID"].is_string()) return Error(400, "templateID: must be a string");
+      template_id = (*body)["templateID"].get<std::string>();
+    }
+    sessions::SessionOptions options;  // the profile's limits
+    if (config_->profiles.count(template_id) != 0) {
+      options.profile = template_id;
+    } else if (std::find(std::begin(kDefaultTemplates), std::end(kDefaultTemplates), template_id) ==
+               std::end(kDefaultTemplates)) {
+      return Error(400, "templateID: no kiln profile is named '" + template_id +
+                            "' (E2B's code-interpreter-v1 and base are the default profile)");
+    }
+    nlohmann::json metadata = nlohmann::json::object();
+    if (Present(*body, "metadata")) {
+      if (!(*body)["metadata"].is_object()) return Error(400, "metadata: must be an object");
+      for (const auto& [k, v] : (*body)["metadata"].items()) {
+        if (!v.is_string()) return Error(400, "metadata: values must be strings");
+      }
+      metadata = (*body)["metadata"];
+    }
+    std::optional<double> timeout;
+    if (auto bad = TimeoutOf(*body, &timeout)) return Error(400, *bad);
+
+    auto created = sessions_->Create(caller, options);
+    if (!created.ok()) return FromError(created.error());
+    const std::string id = created->value("id", "");
+    if (timeout) {
+      Status st = sessions_->SetLifetime(caller, id, *timeout);
+      if (!st.ok()) {
+        (void)sessions_->Delete(caller, id);
+        return FromError(st.error());
+      }
+    }
+    Entry e{key.tenant, key.id, template_id, executions::NewId(), metadata, store::NowMs()};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      // Sandboxes whose session must have ended (past the longest lifetime).
+      const int64_t horizon =
+          e.started_ms - static_cast<int64_t>((config_->server.session_max_lifetime_s + 60) * 1000);
+      std::erase_if(sandboxes_,
+                    [horizon](const auto& kv) { return kv.second.started_ms < horizon; });
+      sandboxes_[id] = e;
+    }
+    KILN_LOG_INFO("e2b sandbox id={} tenant={} template={}", id, key.tenant, template_id);
+    return JsonReply(201, Created(id, e));
+  }
+
+  std::string rest;
+  bool v2 = false;
+  if (path.rfind("/v2/sandboxes/", 0) == 0) {
+    rest = path.substr(14);
+    v2 = true;
+  } else if (path.rfind("/sandboxes/", 0) == 0) {
+    rest = path.substr(11);
+  } else {
+    return Error(404, "kiln does not serve " + method + " " + path + " (docs/e2b.md)");
+  }
+  const auto [id, tail] = SplitId(rest);
+  auto route = [&](const char* m, bool want_v2, const char* want_tail) {
+    return method == m && v2 == want_v2 && tail == want_tail;
+  };
+  const bool known = route("GET", false, "") || route("DELETE", false, "") ||
+                     route("POST", false, "timeout") || route("POST", true, "connect");
+  if (!known) return Error(404, "kiln does not serve " + method + " " + path + " (docs/e2b.md)");
+
+  auto entry = Lookup(id, key.tenant);
+  auto session =
+      entry ? sessions_->Get(caller, id) : Result<nlohmann::json>(MakeError(Code::kNotFound, ""));
+  if (!session.ok()) {
+    if (entry) {
+      std::lock_guard<std::mutex> lock(mu_);
+      sandboxes_.erase(id);
+    }
+    return Error(404, "sandbox " + id + " not found");
+  }
+
+  if (route("GET", false, "")) return JsonReply(200, Info(id, *entry, *session));
+  if (route("DELETE", false, "")) {
+    Status st = sessions_->Delete(caller, id);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      sandboxes_.erase(id);
+    }
+    return st.ok() ? NoContent() : FromError(st.error());
+  }
+  auto body = ObjectBody(req);
+  if (!body) return Error(400, "the body must be a JSON object");
+  std::optional<double> timeout;
+  if (auto bad = TimeoutOf(*body, &timeout)) return Error(400, *bad);
+  if (route("POST", false, "timeout")) {
+    if (!timeout) return Error(400, "timeout: required");
+    Status st = sessions_->SetLifetime(caller, id, *timeout);
+    return st.ok() ? NoContent() : FromError(st.error());
+  }
+  // POST /v2/sandboxes/{id}/connect: it runs; a timeout resets its end.
+  if (Present(*body, "memory") && !(*body)["memory"].get<bool>())
+    return Error(400, "memory: kiln sandboxes are never paused, so they cannot be rebooted");
+  if (timeout) {
+    Status st = sessions_->SetLifetime(caller, id, *timeout);
+    if (!st.ok()) return FromError(st.error());
+  }
+  return JsonReply(200, Created(id, *entry));
+}
+
+std::optional<Reply> Front::Refusal(const Request& head, Entry* out) {
+  const std::string id = Header(head, "E2b-Sandbox-Id").value_or("");
+  std::string token = Header(head, "X-Access-Token").value_or("");
+  if (token.empty()) token = Header(head, "E2B-Traffic-Access-Token").value_or("");
+  std::optional<Entry> entry;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = sandboxes_.find(id); it != sandboxes_.end()) entry = it->second;
+  }
+  // Unknown: what E2B's proxy answers for a sandbox that is not running.
+  if (!entry) return Error(502, "sandbox " + id + " is not running");
+  if (!SameToken(token, entry->access_token))
+    return Error(401, "the sandbox's access token is missing or wrong");
+  if (out != nullptr) *out = *entry;
+  return std::nullopt;
+}
+
+Reply Front::Sandbox(const Request& req, const std::string& peer, mcp::SseWriter* stream,
+                     int hangup_fd) {
+  const std::string id = Header(req, "E2b-Sandbox-Id").value_or("");
+  const std::string port = Header(req, "E2b-Sandbox-Port").value_or("");
+  Entry found;
+  if (auto refused = Refusal(req, &found)) return *refused;
+  const Entry* entry = &found;
+  const sessions::Caller caller{entry->tenant, entry->key_id, peer};
+  const std::string method(req.method_string());
+  const std::string path = PathOf(req);
+
+  if (port == kEnvdPort && method == "GET" && path == "/health") {
+    auto got = sessions_->Get(caller, id);
+    if (!got.ok()) return Error(502, "sandbox " + id + " is not running: " + got.error().message);
+    return NoContent();
+  }
+  if (port == kEnvdPort && path == "/files" && (method == "GET" || method == "POST")) {
+    return Files(req, id, caller);
+  }
+  if (port == kInterpreterPort && method == "POST" && path == "/execute") {
+    return Execute(req, id, caller, stream, hangup_fd);
+  }
+  if (port == kInterpreterPort && path.rfind("/contexts", 0) == 0) {
+    return Error(501,
+                 "code contexts are not supported by kiln yet: a sandbox has one "
+                 "interpreter state, its default context (docs/e2b.md)");
+  }
+  if (port == kEnvdPort && method == "POST" &&
+      (path == "/filesystem.Filesystem/Stat" || path == "/filesystem.Filesystem/ListDir" ||
+       path == "/filesystem.Filesystem/Remove")) {
+    return ConnectFilesystem(req, path, id, caller);
+  }
+  if (port == kEnvdPort &&
+      (path.rfind("/filesystem.", 0) == 0 || path.rfind("/process.", 0) == 0)) {
+    // Connect's error shape, so that the SDK's message says why.
+    return JsonReply(501, {{"code", "unimplemented"},
+                           {"message", path + " is not supported by kiln yet (docs/e2b.md)"}});
+  }
+  return Error(501, method + " " + path + " on port " + port +
+                        " is not supported by kiln yet (docs/e2b.md)");
+}
+
+Reply Front::Files(const Request& req, const std::string& id, const sessions::Caller& caller) {
+  std::string why;
+  const auto query_path = QueryParam(req, "path");
+  if (req.method() == boost::beast::http::verb::get) {
+    const auto path = WorkspacePath(query_path.value_or(""), &why);
+    if (!path) return Error(400, why);
+    auto bytes = sessions_->GetFile(caller, id, *path);
+    if (!bytes.ok()) return FromError(bytes.error());
+    Reply r;
+    r.headers = {{"Content-Type", "application/octet-stream"}};
+    r.body = std::move(*bytes);
+    return r;
+  }
+  std::vector<Part> parts;
+  if (auto bad = ParseMultipart(Header(req, "Content-Type").value_or(""), req.body(), &parts))
+    return Error(400, *bad);
+  if (parts.empty()) return Error(400, "no file in the multipart body");
+  nlohmann::json written = nlohmann::json::array();
+  for (const Part& part : parts) {
+    // One file: the query names it; several: each part's filename does.
+    const std::string& name = parts.size() == 1 && query_path ? *query_path : part.filename;
+    const auto path = WorkspacePath(name, &why);
+    if (!path) return Error(400, why);
+    Status st = sessions_->PutFile(caller, id, *path, part.bytes);
+    if (!st.ok()) return FromError(st.error());
+    const auto slash = path->rfind('/');
+    written.push_back({{"name", slash == std::string::npos ? *path : path->substr(slash + 1)},
+                       {"type", "file"},
+                       {"path", *path}});
+  }
+  return JsonReply(200, written);
+}
+
+// A Connect protocol error (unary, JSON): {code, message} with its status.
+Reply ConnectError(const kiln::Error& e) {
+  static const std::pair<Code, std::pair<int, const char*>> kCodes[] = {
+      {Code::kInvalidArgument, {400, "invalid_argument"}},
+      {Code::kNotFound, {404, "not_found"}},
+      {Code::kGone, {404, "not_found"}},
+      {Code::kAborted, {409, "aborted"}},
+      {Code::kResourceExhausted, {429, "resource_exhausted"}},
+      {Code::kUnavailable, {503, "unavailable"}}};
+  std::pair<int, const char*> status{500, "internal"};
+  for (const auto& [code, s] : kCodes) {
+    if (e.code == code) status = s;
+  }
+  return JsonReply(status.first, {{"code", status.second}, {"message", e.message}});
+}
+
+// filesystem.Filesystem's Stat, ListDir and Remove (`files.exists`,
+// `files.getInfo`, `files.list`, `files.remove`), Connect unary calls with JSON messages, over the
+// session's file list. Paths are relative to the workspace; "." (or "") is the workspace itself.
+Reply Front::ConnectFilesystem(const Request& req, const std::string& rpc, const std::string& id,
+                               const sessions::Caller& caller) {
+  auto body = ObjectBody(req);
+  if (!body || !body->value("path", nlohmann::json()).is_string())
+    return ConnectError(InvalidField("path", "path: required, a string"));
+  std::string path = (*body)["path"].get<std::string>();
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  if (path == "." || path == "./") path.clear();
+  if (!path.empty() && path.front() == '/') {
+    return ConnectError(InvalidField(
+        "path", "path " + path +
+                    ": kiln takes paths relative to the workspace (E2B's home directory) only "
+                    "(docs/e2b.md)"));
+  }
+  if (rpc == "/filesystem.Filesystem/Remove") {
+    // A file, an empty directory or a symlink (the session's DeleteFile).
+    Status st = sessions_->DeleteFile(caller, id, path);
+    return st.ok() ? JsonReply(200, nlohmann::json::object()) : ConnectError(st.error());
+  }
+  auto files = sessions_->ListFiles(caller, id);
+  if (!files.ok()) return ConnectError(files.error());
+  auto entry = [](const nlohmann::json& f) {
+    const std::string p = f.value("path", "");
+    const auto slash = p.rfind('/');
+    return nlohmann::json{{"name", slash == std::string::npos ? p : p.substr(slash + 1)},
+                          {"type", f.value("directory", false) ? 2 : 1},  // FILE_TYPE_DIRECTORY
+                          {"path", p},
+                          {"size", f.value("size", int64_t{0})}};
+  };
+  const nlohmann::json* found = nullptr;
+  for (const auto& f : *files) {
+    if (f.value("path", "") == path) found = &f;
+  }
+  if (!path.empty() && found == nullptr)
+    return ConnectError(MakeError(Code::kNotFound, "no file or directory " + path));
+  if (rpc == "/filesystem.Filesystem/Stat") {
+    if (found == nullptr)  // the workspace itself
+      return JsonReply(200, {{"entry", {{"name", "."}, {"type", 2}, {"path", "."}, {"size", 0}}}});
+    return JsonReply(200, {{"entry", entry(*found)}});
+  }
+  if (found != nullptr && !found->value("directory", false))
+    return ConnectError(InvalidField("path", "path " + path + " is not a directory"));
+  int64_t depth = 1;
+  if (body->contains("depth") && (*body)["depth"].is_number_integer())
+    depth = std::max<int64_t>(1, (*body)["depth"].get<int64_t>());
+  const std::string prefix = path.empty() ? "" : path + "/";
+  nlohmann::json entries = nlohmann::json::array();
+  for (const auto& f : *files) {
+    const std::string p = f.value("path", "");
+    if (p.size() <= prefix.size() || p.compare(0, prefix.size(), prefix) != 0) continue;
+    const auto levels =
+        std::count(p.begin() + static_cast<std::ptrdiff_t>(prefix.size()), p.end(), '/');
+    if (levels < depth) entries.push_back(entry(f));
+  }
+  return JsonReply(200, {{"entries", entries}});
+}
+
+Reply Front::Execute(const Request& req, const std::string& id, const sessions::Caller& caller,
+                     mcp::SseWriter* stream, int hangup_fd) {
+  auto body = ObjectBody(req);
+  if (!body) return Error(400, "the body must be a JSON object");
+  if (!body->contains("code") || !(*body)["code"].is_string())
+    return Error(400, "code: required, a string");
+  if (Present(*body, "context_id") && (*body)["context_id"] != "default") {
+    return Error(404, "context " + (*body)["context_id"].dump() +
+                          ": code contexts are not supported by kiln yet (docs/e2b.md)");
+  }
+  if (Present(*body, "language")) {
+    const auto& l = (*body)["language"];
+    if (!l.is_string() || (l != "python" && l != "python3"))
+      return Error(400, "language: kiln runs python only");
+  }
+  if (Present(*body, "env_vars") &&
+      !((*body)["env_vars"].is_object() && (*body)["env_vars"].empty())) {
+    return Error(400, "env_vars: not supported by kiln yet (docs/e2b.md)");
+  }
+  const std::string code = (*body)["code"].get<std::string>();
+
+  NdjsonStream out(stream);
+  bool error_sent = false;
+  const spawner::EventFn on_event = [&](std::string_view name, const nlohmann::json& data) {
+    const std::string now = store::FormatTimeMs(store::NowMs(), true);
+    if (name == "stdout" || name == "stderr") {
+      out.Event(
+          {{"type", std::string(name)}, {"text", data.value("text", "")}, {"timestamp", now}});
+    } else if (name == "display" || name == "result") {
+      nlohmann::json event = {{"type", "result"}, {"is_main_result", name == "result"}};
+      AddMimeBundle(data.value("data", nlohmann::json::object()), &event);
+      out.Event(event);
+    } else if (name == "error") {
+      std::string traceback;
+      for (const auto& line : data.value("traceback", nlohmann::json::array())) {
+        if (!traceback.empty()) traceback += "\n";
+        traceback += line.is_string() ? line.get<std::string>() : line.dump();
+      }
+      out.Event({{"type", "error"},
+                 {"name", data.value("ename", "")},
+                 {"value", data.value("evalue", "")},
+                 {"traceback", traceback}});
+      error_sent = true;
+    }
+  };
+  auto outcome = sessions_->Execute(caller, id, code, std::nullopt, on_event, hangup_fd);
+  if (!outcome.ok()) {
+    if (!out.started()) {
+      const kiln::Error& e = outcome.error();
+      if (e.code == Code::kNotFound || e.code == Code::kGone)
+        return Error(502, "sandbox " + id + " is not running: " + e.message);
+      return FromError(e);
+    }
+    out.Event({{"type", "error"},
+               {"name", "KilnError"},
+               {"value", outcome.error().message},
+               {"traceback", ""}});
+  } else if (outcome->rejection) {
+    const auto& r = *outcome->rejection;
+    Reply reply = Error(r.tenant_quota ? 429 : 503, r.error.message);
+    reply.headers.emplace_back("Retry-After", std::to_string(std::max(1, r.retry_after_s)));
+    return reply;
+  } else {
+    const nlohmann::json& result = outcome->response->result;
+    const std::string status = result.value("status", "");
+    // A cell kiln ended (timeout, memory limit, ...) is an error the
+    // interpreter never raised: said as one, with kiln's status and reason.
+    if (status != "ok" && !error_sent) {
+      out.Event({{"type", "error"},
+                 {"name", status},
+                 {"value", result.value("reason", "")},
+                 {"traceback", ""}});
+    }
+    if (result.contains("execution_count") && result["execution_count"].is_number_integer()) {
+      out.Event({{"type", "number_of_executions"}, {"execution_count", result["execution_count"]}});
+    }
+  }
+  out.Event({{"type", "end_of_execution"}});
+  out.End();
+  Reply reply;
+  reply.streamed = true;
+  return reply;
+}
+
+}  // namespace kiln::server::e2b

@@ -537,6 +537,7 @@ struct HttpServer::Impl {
         auto auth = Authenticate(head);
         if (!auth.ok() || !*auth) {
           const int status = auth.ok() ? 401 : 503;
+          if (auth.ok() && deps.events != nullptr) deps.events->AuthFailure(peer);
           const e2b::Reply r =
               e2b::Error(status, auth.ok() ? "a valid kiln API key is required in X-API-KEY"
                                            : auth.error().message);
@@ -544,6 +545,11 @@ struct HttpServer::Impl {
               Json(static_cast<http::status>(status), nlohmann::json::parse(r.body), v, true);
         } else {
           gate.key = **auth;
+          // A quarantined tenant (docs/api.md, "Operator controls"), in E2B's shape.
+          if (auto message = QuarantineMessage(*gate.key)) {
+            gate.refusal = Json(http::status::forbidden,
+                                nlohmann::json::parse(e2b::Error(403, *message).body), v, true);
+          }
         }
       } else if (auto refused = e2b->Refusal(head)) {
         gate.refusal = Json(static_cast<http::status>(refused->status),
@@ -630,14 +636,18 @@ struct HttpServer::Impl {
 
   // A quarantined tenant's key (admin keys never are): 403 with the reason.
   std::optional<Response> Quarantined(const store::KeyInfo& key, unsigned v, bool reference) {
+    auto message = QuarantineMessage(key);
+    if (!message) return std::nullopt;
+    return Json(http::status::forbidden,
+                reference ? nlohmann::json{{"detail", *message}}
+                          : V1ErrorBody("tenant_quarantined", *message),
+                v, true);
+  }
+  std::optional<std::string> QuarantineMessage(const store::KeyInfo& key) const {
     if (deps.controls == nullptr || key.admin) return std::nullopt;
     auto reason = deps.controls->QuarantineReason(key.tenant);
     if (!reason) return std::nullopt;
-    const std::string message = "tenant '" + key.tenant + "' is quarantined: " + *reason;
-    return Json(http::status::forbidden,
-                reference ? nlohmann::json{{"detail", message}}
-                          : V1ErrorBody("tenant_quarantined", message),
-                v, true);
+    return "tenant '" + key.tenant + "' is quarantined: " + *reason;
   }
 
   // Which routes need a key, from the method and path alone.

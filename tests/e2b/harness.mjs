@@ -46,7 +46,8 @@ export function pythonLacks(...modules) {
   return `${HOST_PYTHON} cannot import ${missing.join(', ')} on this host (Debian: ${packages}, which \`make deps\` installs)`;
 }
 
-// Starts `kiln serve`; resolves to {url, port, key, dataDir, createKey(tenant), stderr(), stop()}.
+// Starts `kiln serve`; resolves to {url, port, key, dataDir, createKey(tenant), createAdminKey(),
+// stderr(), stop()}.
 export async function startServer() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kiln-e2b-sdk-'));
   const dataDir = path.join(dir, 'data');
@@ -79,6 +80,8 @@ export async function startServer() {
     stderr: () => read(errPath),
     createKey: (tenant) =>
       execFileSync(KILN, ['keys', 'create', '--tenant', tenant, '--data-dir', dataDir]).toString().trim(),
+    createAdminKey: () =>
+      execFileSync(KILN, ['keys', 'create', '--admin', '--data-dir', dataDir]).toString().trim(),
     async stop() {
       if (!exited) {
         child.kill('SIGTERM');

@@ -165,6 +165,48 @@ describe('E2B SDK against kiln serve', () => {
     assert.equal((await theirs.runCode('2 + 2')).text, '4');
   });
 
+  test("a quarantined tenant's key is refused on E2B's API too, and its sandboxes end", async () => {
+    const tenantKey = server.createKey('tenant-q');
+    const admin = server.createAdminKey();
+    const sbx = await create({ apiKey: tenantKey });
+    assert.equal((await sbx.runCode('1 + 1')).text, '2');
+    const post = (path) =>
+      fetch(`${server.url}${path}`, {
+        method: 'POST',
+        headers: { Authorization: `Bearer ${admin}`, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ reason: 'e2b test' }),
+      });
+    assert.equal((await post('/v1/admin/tenants/tenant-q/quarantine')).status, 200);
+    // E2B's error shape, with kiln's reason (docs/api.md, "Operator controls").
+    const raw = await fetch(`${server.url}/v2/sandboxes`, {
+      method: 'POST',
+      headers: { 'X-API-KEY': tenantKey, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ templateID: 'default' }),
+    });
+    assert.equal(raw.status, 403);
+    const body = await raw.json();
+    assert.equal(body.code, 403);
+    assert.match(body.message, /quarantined: e2b test/);
+    await assert.rejects(Sandbox.create({ apiKey: tenantKey }), /quarantined/);
+    // Its running sandbox was stopped.
+    assert.equal(await sbx.isRunning(), false);
+    assert.equal((await post('/v1/admin/tenants/tenant-q/release')).status, 200);
+    const again = await create({ apiKey: tenantKey });
+    assert.equal((await again.runCode('3 * 3')).text, '9');
+  });
+
+  test("the output audit covers E2B's results: the server's own key is redacted", async () => {
+    const sbx = await create();
+    const key = server.key;
+    // Printed in two flushed halves, and as the cell's value.
+    const execution = await sbx.runCode(
+      `import sys\nk = ${JSON.stringify(key)}\nprint(k[:20], end='', flush=True)\nprint(k[20:], flush=True)\nk`,
+    );
+    const seen = execution.logs.stdout.join('') + (execution.text ?? '');
+    assert.ok(!seen.includes(key), `the key left the server: ${seen}`);
+    assert.match(seen, /\[REDACTED:kiln_api_key\]/);
+  });
+
   test('what kiln does not support yet is refused with the reason', async () => {
     await assert.rejects(Sandbox.create({ envs: { A: 'b' } }), /envVars: not supported/);
     await assert.rejects(Sandbox.create('no-such-template'), /no kiln profile/);

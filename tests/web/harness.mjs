@@ -60,7 +60,7 @@ export function pythonLacks(...modules) {
   });
 }
 
-// Starts `kiln serve`; resolves to {url, key, stderr(), createKey(tenant), stop()}.
+// Starts `kiln serve`; resolves to {url, key, stderr(), createKey(tenant), createAdminKey(), stop()}.
 export async function startServer() {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kiln-web-test-'));
   const dataDir = path.join(dir, 'data');
@@ -90,6 +90,8 @@ export async function startServer() {
     stderr: () => read(errPath),
     createKey: (tenant) =>
       execFileSync(KILN, ['keys', 'create', '--tenant', tenant, '--data-dir', dataDir]).toString().trim(),
+    createAdminKey: () =>
+      execFileSync(KILN, ['keys', 'create', '--admin', '--data-dir', dataDir]).toString().trim(),
     async stop() {
       if (!exited) {
         child.kill('SIGTERM');

@@ -367,7 +367,7 @@ describe('kiln web playground and console', () => {
     await page.waitForFunction(() => /no session/.test(document.getElementById('session-info').textContent), { timeout: 10000 });
   });
 
-  it('shows the operator console under load, without the admin panels this server lacks', async () => {
+  it('shows the operator console under load, without the admin panels a tenant key may not see', async () => {
     playgroundViolations = await violations();
     await page.goto(`${server.url}/console`, { waitUntil: 'load' });
     // The key from the playground, in this tab's sessionStorage.
@@ -411,13 +411,50 @@ describe('kiln web playground and console', () => {
     assert.equal(view.eventsHidden, true);
     assert.equal(view.tenantsHidden, true);
     assert.equal(view.lockdownHidden, true);
-    assert.match(view.note, /hidden: this server has no admin routes \(GET \/v1\/admin\/events answered 404\)/);
+    assert.match(view.note, /hidden: this is not an admin key \(a tenant's key gets 404 on the admin routes/);
     // The stats the console drew from, straight from the API.
     const stats = await (await fetch(`${server.url}/v1/stats`, { headers: { Authorization: `Bearer ${server.key}` } })).json();
     assert.ok(stats.executions.ok >= 3);
     assert.ok(stats.latency_ms.count >= 3);
     assert.ok(stats.latency_ms.p50 <= stats.latency_ms.p99);
     await shot(page, 'console-under-load', { fullPage: false });
+  });
+
+  it('with an admin key the console shows events and tenants, and switches lockdown on and off', async () => {
+    const admin = server.createAdminKey();
+    const tenantKey = server.createKey('web-q');
+    const api = (method, path, key, body) => fetch(`${server.url}${path}`, {
+      method,
+      headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    await page.evaluate(() => sessionStorage.clear());
+    await page.goto(`${server.url}/console`, { waitUntil: 'load' });
+    await page.type('#key', admin);
+    await page.keyboard.press('Enter');
+    await page.waitForFunction(() => !document.getElementById('events-panel').hidden &&
+      !document.getElementById('tenants-panel').hidden && !document.getElementById('lockdown-panel').hidden, { timeout: 15000 });
+    assert.equal(await page.$eval('#admin-note', (n) => n.textContent), '');
+    // A quarantine shows in the tenants table and as an event.
+    assert.equal((await api('POST', '/v1/admin/tenants/web-q/quarantine', admin, { reason: 'from the console test' })).status, 200);
+    await page.waitForFunction(() => /from the console test/.test(document.getElementById('tenants-table').innerText) &&
+      /tenant_quarantined/.test(document.getElementById('events-table').innerText), { timeout: 15000 });
+    // The switch: new executions get 503 lockdown, /readyz says so; then lifted.
+    await page.type('#lockdown-reason', 'console drill');
+    await page.click('#lockdown-on');
+    await page.waitForFunction(() => /Locked down.*console drill/.test(document.getElementById('lockdown-state').textContent), { timeout: 10000 });
+    const refused = await api('POST', '/v1/execute', server.key, { code: 'print(1)' });
+    assert.equal(refused.status, 503);
+    assert.equal((await refused.json()).error.code, 'lockdown');
+    assert.equal((await fetch(`${server.url}/readyz`)).status, 503);
+    await shot(page, 'console-admin-lockdown', { fullPage: false });
+    await page.click('#lockdown-off');
+    await page.waitForFunction(() => /Not locked down/.test(document.getElementById('lockdown-state').textContent), { timeout: 10000 });
+    assert.equal((await fetch(`${server.url}/readyz`)).status, 200);
+    const ran = await api('POST', '/v1/execute', server.key, { code: 'print(1)' });
+    assert.equal(ran.status, 200);
+    assert.equal((await api('POST', '/v1/admin/tenants/web-q/release', admin, {})).status, 200);
+    assert.equal((await api('POST', '/v1/execute', tenantKey, { code: 'print(2)' })).status, 200);
   });
 
   it('the console says clearly when the key is wrong', async () => {
@@ -436,8 +473,9 @@ describe('kiln web playground and console', () => {
     assert.deepEqual(await violations(), []);
     assert.deepEqual(unexpected(playgroundViolations), []);
     // Chromium logs every non-2xx fetch as a console error (the wrong keys'
-    // 401s, the admin routes' 404s), and each violation above.
-    const real = pageErrors.filter((e) => !/Failed to load resource: the server responded with a status of (401|404)/.test(e) &&
+    // 401s, the admin routes' 404s, /readyz's 503 during the lockdown), and
+    // each violation above.
+    const real = pageErrors.filter((e) => !/Failed to load resource: the server responded with a status of (401|404|503)/.test(e) &&
       !/violates the following Content Security Policy directive/.test(e));
     assert.deepEqual(real, []);
   });

@@ -1,8 +1,10 @@
 // The operator console (served at /console): live charts from GET /v1/stats,
-// the host's layers from GET /readyz, and, where the server has them (the
-// admin role), security events, tenants and the lockdown switch
-// (GET /v1/admin/events, GET /v1/admin/tenants, POST /v1/admin/lockdown).
-// Panels whose route answers 404 or 403 stay hidden. Only the public API.
+// the host's layers from GET /readyz, and, with an admin key (kiln keys create
+// --admin), security events, tenants and the lockdown switch
+// (GET /v1/admin/events, GET /v1/admin/tenants, GET and POST
+// /v1/admin/lockdown: docs/api.md, "Operator controls"). A tenant's key gets
+// 404 on those routes: the panels stay hidden and the console says why. Only
+// the public API.
 import 'uplot/dist/uPlot.min.css';
 import './style.css';
 
@@ -196,52 +198,62 @@ function text(v) {
   return typeof v === 'object' ? JSON.stringify(v) : String(v);
 }
 
+// Event: {id, at, kind, tenant, key_id, execution_id, session_id, client_addr, detail}.
 function renderEvents(body) {
   const events = listOf(body, 'events').slice(0, 50);
   table('events-table', ['time', 'kind', 'tenant', 'detail'], events.map((e) => [
-    text(e.time ?? e.at ?? e.ts), text(e.kind ?? e.type ?? e.event), text(e.tenant), text(e.detail ?? e.message ?? e.reason),
+    text(e.at), text(e.kind), text(e.tenant), text(e.detail),
   ]));
-  if (body && body.lockdown !== undefined) renderLockdown(body.lockdown);
 }
 
+// Tenant: {tenant, keys, admin_keys, revoked_keys, sessions, executions_24h, rejected_24h,
+// events_24h, last_execution, quarantine: {since, reason, by} | null}.
 function renderTenants(body) {
   const tenants = listOf(body, 'tenants');
-  const cols = tenants.length ? Object.keys(tenants[0]).slice(0, 8) : ['tenant'];
-  table('tenants-table', cols, tenants.map((t) => cols.map((c) => text(t[c]))));
+  table('tenants-table', ['tenant', 'keys', 'sessions', 'executions (24 h)', 'rejected (24 h)', 'events (24 h)', 'quarantine'],
+    tenants.map((t) => [
+      text(t.tenant), text(t.keys), text(t.sessions), text(t.executions_24h), text(t.rejected_24h), text(t.events_24h),
+      t.quarantine ? `since ${t.quarantine.since}: ${t.quarantine.reason || '(no reason)'}` : '–',
+    ]));
 }
 
+// {on, reason, since, by}.
 function renderLockdown(l) {
-  const on = typeof l === 'object' && l !== null ? !!l.on : !!l;
-  const reason = typeof l === 'object' && l !== null && l.reason ? ` (${l.reason})` : '';
-  $('lockdown-state').textContent = on ? `Locked down${reason}: new executions are refused.` : 'Not locked down.';
+  const on = !!(l && l.on);
+  const reason = l && l.reason ? ` (${l.reason})` : '';
+  const since = l && l.since ? ` since ${l.since}` : '';
+  $('lockdown-state').textContent = on ? `Locked down${since}${reason}: new executions and sessions are refused.` : 'Not locked down.';
   $('lockdown-panel').dataset.on = on ? 'true' : 'false';
 }
 
 async function refreshAdmin(first) {
   const events = await probeAdmin('/v1/admin/events');
   const tenants = await probeAdmin('/v1/admin/tenants');
+  const lockdown = await probeAdmin('/v1/admin/lockdown');
   state.admin.events = events.ok;
   state.admin.tenants = tenants.ok;
   $('events-panel').hidden = !events.ok;
   $('tenants-panel').hidden = !tenants.ok;
-  $('lockdown-panel').hidden = !(events.ok || tenants.ok);
+  $('lockdown-panel').hidden = !lockdown.ok;
   if (events.ok) renderEvents(events.body);
   if (tenants.ok) renderTenants(tenants.body);
+  if (lockdown.ok) renderLockdown(lockdown.body);
   if (first) {
-    const why = events.status === 403 || tenants.status === 403
-      ? 'this key is not an admin key'
-      : 'this server has no admin routes';
+    const why = events.status === 404
+      ? 'this is not an admin key (a tenant\'s key gets 404 on the admin routes; kiln keys create --admin makes one)'
+      : `the admin routes refused this key (${events.status})`;
     $('admin-note').textContent = events.ok || tenants.ok
       ? ''
-      : `Security events, tenants and the lockdown switch are hidden: ${why} (GET /v1/admin/events answered ${events.status}).`;
+      : `Security events, tenants and the lockdown switch are hidden: ${why}.`;
   }
 }
 
 async function setLockdown(on) {
   try {
     const body = await call(state.key, 'POST', '/v1/admin/lockdown', { json: { on, reason: $('lockdown-reason').value } });
-    renderLockdown(body && body.on !== undefined ? body : { on, reason: $('lockdown-reason').value });
+    renderLockdown(body);
     showMessage(on ? 'Lockdown is on.' : 'Lockdown is lifted.', 'info');
+    refreshReadyz();
   } catch (e) {
     showError(e);
   }
@@ -292,7 +304,7 @@ async function poll() {
     state.lastReadyz = wall;
     refreshReadyz();
   }
-  if ((state.admin.events || state.admin.tenants) && wall - state.lastAdminPoll > 5000) {
+  if ((state.admin.events || state.admin.tenants) && wall - state.lastAdminPoll > 2000) {
     state.lastAdminPoll = wall;
     refreshAdmin(false).catch(showError);
   }

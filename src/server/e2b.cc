@@ -297,16 +297,19 @@ Reply Front::Api(const Request& req, const store::KeyInfo& key, const std::strin
       return Error(400, "allow_internet_access: kiln sandboxes have no network");
     if (body->value("autoPause", false))
       return Error(400, "autoPause: kiln sandboxes cannot be paused");
-    if (Present(*body, "envVars") &&
-        !((*body)["envVars"].is_object() && (*body)["envVars"].empty())) {
-      return Error(400, "envVars: not supported by kiln yet (docs/e2b.md)");
+    sessions::SessionOptions options;  // the profile's limits
+    // The sandbox's environment: the session's interpreter's, for its life
+    // (the same names are refused as for kiln's own `env`: PATH, LD_*, ...).
+    if (Present(*body, "envVars")) {
+      if (auto bad = server::ParseEnv((*body)["envVars"], "envVars", &options.env)) {
+        return Error(400, bad->field + ": " + bad->message);
+      }
     }
     std::string template_id = "code-interpreter-v1";
     if (Present(*body, "templateID")) {
       if (!(*body)["templateID"].is_string()) return Error(400, "templateID: must be a string");
       template_id = (*body)["templateID"].get<std::string>();
     }
-    sessions::SessionOptions options;  // the profile's limits
     if (config_->profiles.count(template_id) != 0) {
       options.profile = template_id;
     } else if (std::find(std::begin(kDefaultTemplates), std::end(kDefaultTemplates), template_id) ==

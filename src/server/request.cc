@@ -71,14 +71,37 @@ std::optional<FieldError> FilePath(const std::string& path, const std::string& f
 
 }  // namespace
 
+std::optional<FieldError> ParseEnv(const nlohmann::json& env, const std::string& field,
+                                   std::vector<std::pair<std::string, std::string>>* out) {
+  if (!env.is_object()) return Err(field, "invalid_type", "must be an object of strings");
+  if (env.size() > 64) return Err(field, "invalid_value", "at most 64 variables");
+  size_t total = 0;
+  for (const auto& [name, value] : env.items()) {
+    const std::string var = field + "." + name.substr(0, 64);
+    if (!IsUserEnvName(name)) {
+      return Err(var, "invalid_value",
+                 "names are [A-Za-z_][A-Za-z0-9_]*; PATH, HOME, TMPDIR, LANG, LC_*, LD_*, "
+                 "PYTHON*, MPL*, *_NUM_THREADS and KILN_* are kiln's");
+    }
+    if (!value.is_string()) return Err(var, "invalid_type", "must be a string");
+    total += name.size() + value.get<std::string>().size();
+    if (value.get<std::string>().find('\0') != std::string::npos) {
+      return Err(var, "invalid_value", "must not contain NUL");
+    }
+    out->emplace_back(name, value.get<std::string>());
+  }
+  if (total > 32768) return Err(field, "invalid_value", "at most 32 KiB in all");
+  return std::nullopt;
+}
+
 std::optional<FieldError> ParseSessionCreate(const std::string& body,
                                              sessions::SessionOptions* out) {
   nlohmann::json j = nlohmann::json::object();
   if (body.find_first_not_of(" \t\r\n") != std::string::npos) {
     if (auto e = ParseObject(body, &j)) return e;
   }
-  static const char* kKnown[] = {"profile", "memory",   "cpus",
-                                 "timeout", "idle_ttl", "max_lifetime"};
+  static const char* kKnown[] = {"profile",  "memory",       "cpus", "timeout",
+                                 "idle_ttl", "max_lifetime", "env"};
   for (const auto& [k, _] : j.items()) {
     bool known = false;
     for (const char* n : kKnown) known = known || k == n;
@@ -111,6 +134,9 @@ std::optional<FieldError> ParseSessionCreate(const std::string& body,
   if (j.contains("max_lifetime")) {
     if (auto e = Seconds(j["max_lifetime"], "max_lifetime", &t)) return e;
     out->max_lifetime_s = t;
+  }
+  if (j.contains("env")) {
+    if (auto e = ParseEnv(j["env"], "env", &out->env)) return e;
   }
   return std::nullopt;
 }
@@ -287,24 +313,7 @@ std::optional<FieldError> ParseV1Execute(const std::string& body,
     }
   }
   if (j.contains("env")) {
-    if (!j["env"].is_object()) return Err("env", "invalid_type", "must be an object of strings");
-    if (j["env"].size() > 64) return Err("env", "invalid_value", "at most 64 variables");
-    size_t total = 0;
-    for (const auto& [name, value] : j["env"].items()) {
-      const std::string field = "env." + name.substr(0, 64);
-      if (!IsUserEnvName(name)) {
-        return Err(field, "invalid_value",
-                   "names are [A-Za-z_][A-Za-z0-9_]*; PATH, HOME, TMPDIR, LANG, LC_*, LD_*, "
-                   "PYTHON*, MPL*, *_NUM_THREADS and KILN_* are kiln's");
-      }
-      if (!value.is_string()) return Err(field, "invalid_type", "must be a string");
-      total += name.size() + value.get<std::string>().size();
-      if (value.get<std::string>().find('\0') != std::string::npos) {
-        return Err(field, "invalid_value", "must not contain NUL");
-      }
-      r.env.emplace_back(name, value.get<std::string>());
-    }
-    if (total > 32768) return Err("env", "invalid_value", "at most 32 KiB in all");
+    if (auto e = ParseEnv(j["env"], "env", &r.env)) return e;
   }
   return std::nullopt;
 }

@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "sessions/session_manager.h"
 #include "spawner/spawner.h"
@@ -41,7 +43,13 @@ std::optional<FieldError> ParseReferenceExecute(const std::string& body,
                                                 const std::string& default_profile,
                                                 ReferenceRequest* out);
 
-// POST /v1/sessions: {profile?, memory?, cpus?, timeout?, idle_ttl?, max_lifetime?}.
+// An `env` object of a request ({NAME: value}): names a program may set (not
+// kiln's own: PATH, HOME, LD_*, PYTHON*, ...), string values without NUL, at
+// most 64 variables and 32 KiB; errors name `field`.NAME.
+std::optional<FieldError> ParseEnv(const nlohmann::json& env, const std::string& field,
+                                   std::vector<std::pair<std::string, std::string>>* out);
+
+// POST /v1/sessions: {profile?, memory?, cpus?, timeout?, idle_ttl?, max_lifetime?, env?}.
 // An empty body is an empty object.
 std::optional<FieldError> ParseSessionCreate(const std::string& body,
                                              sessions::SessionOptions* out);

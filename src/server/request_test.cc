@@ -148,7 +148,8 @@ TEST(SessionCreate, ParsesEveryFieldAndAcceptsAnEmptyBody) {
   EXPECT_TRUE(o.profile.empty());
   sessions::SessionOptions full;
   auto e = ParseSessionCreate(
-      R"J({"profile":"strict","memory":"64m","cpus":0.5,"timeout":5,"idle_ttl":60,"max_lifetime":600})J",
+      R"J({"profile":"strict","memory":"64m","cpus":0.5,"timeout":5,"idle_ttl":60,"max_lifetime":600,
+          "env":{"MY_VAR":"x","OTHER":""}})J",
       &full);
   ASSERT_FALSE(e.has_value()) << e->message;
   EXPECT_EQ(full.profile, "strict");
@@ -157,6 +158,8 @@ TEST(SessionCreate, ParsesEveryFieldAndAcceptsAnEmptyBody) {
   EXPECT_DOUBLE_EQ(*full.limits.timeout_s, 5);
   EXPECT_DOUBLE_EQ(*full.idle_ttl_s, 60);
   EXPECT_DOUBLE_EQ(*full.max_lifetime_s, 600);
+  ASSERT_EQ(full.env.size(), 2u);
+  EXPECT_EQ(full.env[0], (std::pair<std::string, std::string>{"MY_VAR", "x"}));
 }
 
 TEST(SessionCreate, BadFieldsAreNamed) {
@@ -172,6 +175,9 @@ TEST(SessionCreate, BadFieldsAreNamed) {
       {R"J({"timeout":[1]})J", "timeout"},
       {R"J({"profile":7})J", "profile"},
       {R"J({"code":"1"})J", "code"},
+      {R"J({"env":{"PATH":"/x"}})J", "env.PATH"},
+      {R"J({"env":{"A":1}})J", "env.A"},
+      {R"J({"env":["A"]})J", "env"},
       {R"J([])J", ""},
       {R"J({)J", ""},
   };

@@ -153,6 +153,7 @@ Result<nlohmann::json> SessionManager::Create(const Caller& caller, const Sessio
   req.id = s->id;
   req.profile = profile_name;
   req.limits = options.limits;
+  req.env = options.env;
   req.max_lifetime_s = s->max_lifetime_s;
   req.interrupt_grace_s = config.server.interrupt_grace_s;
   req.max_file_bytes = config.server.max_file_bytes;

@@ -28,6 +28,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "admission/admission.h"
 #include "base/result.h"
@@ -46,6 +48,9 @@ struct SessionOptions {
   config::LimitSpec limits;  // memory, cpus, timeout (the per-cell default), ...
   std::optional<double> idle_ttl_s;
   std::optional<double> max_lifetime_s;
+  // The interpreter's environment for the session's life (validated by the
+  // caller: server/request.h ParseEnv). A session with one starts cold.
+  std::vector<std::pair<std::string, std::string>> env;
 };
 
 struct Deps {

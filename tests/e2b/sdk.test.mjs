@@ -207,8 +207,18 @@ describe('E2B SDK against kiln serve', () => {
     assert.match(seen, /\[REDACTED:kiln_api_key\]/);
   });
 
+  test("create with envs: the sandbox's environment, for its life", async () => {
+    const sbx = await create({ envs: { GREETING: 'hello from envs' } });
+    const seen = await sbx.runCode("import os\nos.environ['GREETING']");
+    assert.equal(seen.text, "'hello from envs'");
+    const child = await sbx.runCode(
+      "import subprocess\nsubprocess.run(['/usr/bin/printenv', 'GREETING'], capture_output=True, text=True).stdout",
+    );
+    assert.equal(child.text, "'hello from envs\\n'");
+  });
+
   test('what kiln does not support yet is refused with the reason', async () => {
-    await assert.rejects(Sandbox.create({ envs: { A: 'b' } }), /envVars: not supported/);
+    await assert.rejects(Sandbox.create({ envs: { LD_PRELOAD: 'x' } }), /envVars\.LD_PRELOAD/);
     await assert.rejects(Sandbox.create('no-such-template'), /no kiln profile/);
     const sbx = await create();
     // The SDK keeps only the status of a 501 (its extractError reads the body

@@ -409,6 +409,24 @@ TEST_F(Sessions, ASessionWithItsOwnLimitsStartsColdWithThem) {
   EXPECT_EQ(Call("DELETE", "/v1/sessions/" + id).status, 204);
 }
 
+TEST_F(Sessions, ASessionsEnvironmentIsItsInterpretersForItsLife) {
+  // `env` at creation (checked as a one-shot's: kiln's own names refused).
+  const std::string id = NewSession({{"env", {{"GREETING", "hello"}, {"EMPTY", ""}}}});
+  ASSERT_FALSE(id.empty());
+  json r = Exec(id, "import os\nos.environ['GREETING'], os.environ['EMPTY']");
+  EXPECT_EQ(r.value("status", ""), "ok") << r.dump();
+  EXPECT_EQ(TextOf(r), "('hello', '')");
+  r = Exec(id,
+           "import subprocess\nsubprocess.run(['/usr/bin/printenv', 'GREETING'], "
+           "capture_output=True, text=True).stdout");
+  EXPECT_EQ(TextOf(r), "'hello\\n'") << r.dump();
+  EXPECT_EQ(Call("DELETE", "/v1/sessions/" + id).status, 204);
+  const HttpResponse bad =
+      Call("POST", "/v1/sessions", json{{"env", {{"LD_PRELOAD", "x"}}}}.dump());
+  EXPECT_EQ(bad.status, 400) << bad.Describe();
+  EXPECT_EQ(Parse(bad)["error"].value("field", ""), "env.LD_PRELOAD") << bad.Describe();
+}
+
 // A session's cell reports its own peak memory, not the session's so far:
 // the cgroup's high-water mark is reset at each cell's start (v1, and v2 on
 // 6.12+, where memory.peak takes a per-descriptor reset).

@@ -67,10 +67,7 @@ int DoEvents(const EventsFlags& f) {
   if (f.limit < 1 || f.limit > 1'000'000) return Fail("--limit: use 1..1000000", kExitUsage);
   q.limit = f.limit;
 
-  store::OpenOptions options;
-  options.create = false;
-  auto s = store::Store::Open(f.data_dir.empty() ? store::DefaultDataDir() : f.data_dir,
-                              std::move(options));
+  auto s = store::Store::OpenDataDir(f.data_dir, /*create=*/false);
   if (!s.ok()) return Fail(s.error().ToString(), kExitFailed);
   auto rows = (*s)->QueryEvents(q);
   if (!rows.ok()) return Fail(rows.error().ToString(), kExitFailed);

@@ -33,10 +33,7 @@ int Fail(const char* cmd, const std::string& message, int code) {
 }
 
 Result<std::unique_ptr<store::Store>> OpenStore(const KeysFlags& f, bool create) {
-  store::OpenOptions options;
-  options.create = create;
-  return store::Store::Open(f.data_dir.empty() ? store::DefaultDataDir() : f.data_dir,
-                            std::move(options));
+  return store::Store::OpenDataDir(f.data_dir, create);
 }
 
 int DoCreate(const KeysFlags& f) {

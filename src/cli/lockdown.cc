@@ -42,10 +42,7 @@ int DoLockdown(const LockdownFlags& f) {
     return Fail("say on, off or status", kExitUsage);
   }
   if (f.reason.size() > 1000) return Fail("--reason: at most 1000 bytes", kExitUsage);
-  store::OpenOptions options;
-  options.create = false;
-  auto s = store::Store::Open(f.data_dir.empty() ? store::DefaultDataDir() : f.data_dir,
-                              std::move(options));
+  auto s = store::Store::OpenDataDir(f.data_dir, /*create=*/false);
   if (!s.ok()) return Fail(s.error().ToString(), kExitFailed);
   if (f.state != "status") {
     store::LockdownState state;

@@ -255,6 +255,12 @@ Store::~Store() = default;
 
 int64_t Store::Now() const { return options_.now_ms ? options_.now_ms() : NowMs(); }
 
+Result<std::unique_ptr<Store>> Store::OpenDataDir(const std::string& data_dir, bool create) {
+  OpenOptions options;
+  options.create = create;
+  return Open(data_dir.empty() ? DefaultDataDir() : data_dir, std::move(options));
+}
+
 Result<std::unique_ptr<Store>> Store::Open(const std::string& data_dir, OpenOptions options) {
   const std::string path = data_dir + "/kiln.db";
   if (options.create) {

@@ -232,6 +232,9 @@ class Store final {
   // database from a newer kiln; kNotFound when !options.create and it is
   // missing; kPermissionDenied/errno errors naming the path otherwise.
   static Result<std::unique_ptr<Store>> Open(const std::string& data_dir, OpenOptions options = {});
+  // The CLI's --data-dir: `data_dir`, or DefaultDataDir() when it is empty;
+  // `create`: make the database if it is not there (else it is an error).
+  static Result<std::unique_ptr<Store>> OpenDataDir(const std::string& data_dir, bool create);
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
   ~Store();

@@ -6,6 +6,7 @@
 #include "base/log.h"
 #include "executions/service.h"
 #include "server/request.h"
+#include "store/api_key.h"
 #include "store/time_format.h"
 
 namespace kiln::server::e2b {
@@ -92,13 +93,6 @@ std::optional<std::string> TimeoutOf(const nlohmann::json& body, std::optional<d
   if (!t.is_number() || !(t.get<double>() > 0)) return "timeout: must be a number of seconds > 0";
   *out = t.get<double>();
   return std::nullopt;
-}
-
-bool SameToken(const std::string& a, const std::string& b) {
-  if (a.size() != b.size() || a.empty()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
 }
 
 // kiln's MIME bundle (nbformat `data`) as the fields of E2B's result event.
@@ -420,7 +414,7 @@ std::optional<Reply> Front::Refusal(const Request& head, Entry* out) {
   }
   // Unknown: what E2B's proxy answers for a sandbox that is not running.
   if (!entry) return Error(502, "sandbox " + id + " is not running");
-  if (!SameToken(token, entry->access_token))
+  if (token.empty() || !store::ConstantTimeEquals(token, entry->access_token))
     return Error(401, "the sandbox's access token is missing or wrong");
   if (out != nullptr) *out = *entry;
   return std::nullopt;

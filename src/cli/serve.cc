@@ -139,7 +139,11 @@ int DoServe(const ServeFlags& f) {
   metrics::Metrics metrics;
 
   // Security events (docs/adr/0015): stored, counted, logged.
-  executions::SecurityEvents events(store->get(), &metrics);
+  executions::EventThresholds thresholds;
+  thresholds.memory_kills_in_a_row = cfg.events.memory_kills_in_a_row;
+  thresholds.auth_failures = cfg.events.auth_failures;
+  thresholds.auth_window_ms = static_cast<int64_t>(cfg.events.auth_window_s * 1000);
+  executions::SecurityEvents events(store->get(), &metrics, thresholds);
   executions::Deps exec_deps;
   exec_deps.events = &events;
   exec_deps.store = store->get();

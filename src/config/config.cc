@@ -543,9 +543,22 @@ Result<EventsConfig> ParseEvents(const std::string& source, const toml::table& t
   for (const auto& [k, node] : t) {
     const std::string key(k.str());
     const std::string full = "events." + key;
+    if (key == "memory_kills_in_a_row" || key == "auth_failures") {
+      KILN_ASSIGN_OR_RETURN(uint64_t n, CountValue(source, node, full));
+      if (n < 1 || n > 100000) return KeyError(source, node, full, "must be 1..100000");
+      (key == "auth_failures" ? c.auth_failures : c.memory_kills_in_a_row) = static_cast<int>(n);
+      continue;
+    }
+    if (key == "auth_window") {
+      KILN_ASSIGN_OR_RETURN(c.auth_window_s, SecondsValue(source, node, full));
+      if (c.auth_window_s < 1) return KeyError(source, node, full, "must be at least 1 s");
+      continue;
+    }
     const toml::array* arr = node.as_array();
     if (key != "quarantine" && key != "webhook") {
-      return KeyError(source, node, full, "unknown key (known: quarantine, webhook)");
+      return KeyError(source, node, full,
+                      "unknown key (known: quarantine, webhook, memory_kills_in_a_row, "
+                      "auth_failures, auth_window)");
     }
     if (arr == nullptr) {
       return KeyError(source, node, full, "must be an array of tables ([[" + full + "]])");

@@ -165,9 +165,15 @@ struct WebhookConfig {
   int max_per_minute = 10;
 };
 
+// [events]: the rules, the alerts, and when repeated acts become one event.
 struct EventsConfig {
   std::vector<QuarantineRule> quarantine;
   std::vector<WebhookConfig> webhooks;
+  // memory_kills: this many memory_limit results of one tenant in a row.
+  int memory_kills_in_a_row = 3;
+  // auth_failures: this many 401s from one address within auth_window_s.
+  int auth_failures = 10;
+  double auth_window_s = 60;
 };
 
 struct Config {

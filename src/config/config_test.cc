@@ -294,6 +294,10 @@ TEST(Config, OutputAuditErrorsNameTheKey) {
 TEST(Config, EventsRulesAndWebhooks) {
   auto c = ParseConfig(R"(
 [profiles.a]
+[events]
+memory_kills_in_a_row = 5
+auth_failures = 20
+auth_window = "2m"
 [[events.quarantine]]
 name = "escapes"
 kinds = ["seccomp_kill", "protocol_error"]
@@ -314,6 +318,14 @@ max_per_minute = 5
   ASSERT_EQ(c->events.webhooks.size(), 1u);
   EXPECT_EQ(c->events.webhooks[0].name, "webhook1");
   EXPECT_EQ(c->events.webhooks[0].max_per_minute, 5);
+  EXPECT_EQ(c->events.memory_kills_in_a_row, 5);
+  EXPECT_EQ(c->events.auth_failures, 20);
+  EXPECT_EQ(c->events.auth_window_s, 120);
+  auto defaults = ParseConfig("[profiles.a]\n", "t.toml");
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->events.memory_kills_in_a_row, 3);
+  EXPECT_EQ(defaults->events.auth_failures, 10);
+  EXPECT_EQ(defaults->events.auth_window_s, 60);
   struct Case {
     const char* toml;
     const char* key;
@@ -325,6 +337,9 @@ max_per_minute = 5
       {"[[events.webhook]]\nurl = \"http://x/h\"\nsecret = \"short\"\n",
        "events.webhook[0].secret"},
       {"[events]\nalarms = 1\n", "events.alarms"},
+      {"[events]\nmemory_kills_in_a_row = 0\n", "events.memory_kills_in_a_row"},
+      {"[events]\nauth_failures = \"ten\"\n", "events.auth_failures"},
+      {"[events]\nauth_window = \"500ms\"\n", "events.auth_window"},
   };
   for (const auto& b : bad) {
     auto r = ParseConfig(std::string("[profiles.a]\n") + b.toml, "t.toml");

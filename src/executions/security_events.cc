@@ -1,5 +1,7 @@
 #include "executions/security_events.h"
 
+#include <fmt/format.h>
+
 #include <csignal>
 
 #include "base/log.h"
@@ -135,12 +137,12 @@ void SecurityEvents::FromResult(const std::string& tenant, const std::string& ke
     std::lock_guard<std::mutex> lock(mu_);
     if (status == "memory_limit") {
       in_a_row = ++memory_kills_[tenant];
-      if (in_a_row >= kMemoryKillsInARow) memory_kills_.erase(tenant);
+      if (in_a_row >= thresholds_.memory_kills_in_a_row) memory_kills_.erase(tenant);
     } else {
       memory_kills_.erase(tenant);
     }
   }
-  if (in_a_row >= kMemoryKillsInARow) {
+  if (in_a_row >= thresholds_.memory_kills_in_a_row) {
     event(EventKind::kMemoryKills,
           std::to_string(in_a_row) + " executions in a row killed at their memory limit");
   }
@@ -154,15 +156,16 @@ void SecurityEvents::AuthFailure(const std::string& peer) {
     if (auth_failures_.size() >= kMaxTrackedPeers && auth_failures_.count(peer) == 0) {
       // Bounded: forget the windows that are over.
       for (auto it = auth_failures_.begin(); it != auth_failures_.end();) {
-        it = now - it->second.window_start_ms > kAuthWindowMs ? auth_failures_.erase(it)
-                                                              : std::next(it);
+        it = now - it->second.window_start_ms > thresholds_.auth_window_ms
+                 ? auth_failures_.erase(it)
+                 : std::next(it);
       }
       if (auth_failures_.size() >= kMaxTrackedPeers) return;
     }
     Failures& f = auth_failures_[peer];
-    if (now - f.window_start_ms > kAuthWindowMs) f = Failures{now, 0, false};
+    if (now - f.window_start_ms > thresholds_.auth_window_ms) f = Failures{now, 0, false};
     ++f.count;
-    if (f.count < kAuthFailuresPerWindow || f.reported) return;
+    if (f.count < thresholds_.auth_failures || f.reported) return;
     f.reported = true;
     count = f.count;
   }
@@ -170,7 +173,7 @@ void SecurityEvents::AuthFailure(const std::string& peer) {
   e.kind = EventKind::kAuthFailures;
   e.client_addr = peer;
   e.detail = std::to_string(count) + " requests without a valid API key from " + peer + " within " +
-             std::to_string(kAuthWindowMs / 1000) + " s";
+             fmt::format("{:g} s", static_cast<double>(thresholds_.auth_window_ms) / 1000);
   Record(e);
 }
 

@@ -10,11 +10,11 @@
 //     import_violation, pids_limit (forks refused at pids.max), output_flood
 //     (output_limit), protocol_error (a forged or malformed runtime frame),
 //     sigkill_needed (a session cell that ignored its interrupt), and
-//     memory_kills after kMemoryKillsInARow memory_limit results of one tenant
+//     memory_kills after memory_kills_in_a_row memory_limit results of one tenant
 //     in a row;
 //   the output audit: output_audit (one event per execution or download with hits);
-//   the HTTP server: auth_failures (kAuthFailuresPerWindow 401s from one
-//     address within kAuthWindowMs; one event per window);
+//   the HTTP server: auth_failures (auth_failures 401s from one
+//     address within auth_window_ms; one event per window);
 //   the operator: admin_action, lockdown, tenant_quarantined, tenant_released.
 //
 // Thread-safe.
@@ -64,9 +64,12 @@ std::optional<EventKind> ParseEventKind(std::string_view name);
 // Every name, comma-separated (for errors and help).
 std::string EventKindNames();
 
-inline constexpr int kMemoryKillsInARow = 3;
-inline constexpr int kAuthFailuresPerWindow = 10;
-inline constexpr int64_t kAuthWindowMs = 60'000;
+// When repeated acts become one event ([events] of kiln.toml; these are its defaults).
+struct EventThresholds {
+  int memory_kills_in_a_row = 3;    // memory_limit results of one tenant in a row
+  int auth_failures = 10;           // 401s from one address ...
+  int64_t auth_window_ms = 60'000;  // ... within this window (one event per window)
+};
 
 struct SecurityEvent {
   EventKind kind = EventKind::kAdminAction;
@@ -86,8 +89,8 @@ nlohmann::json EventJson(const store::EventRow& row);
 class SecurityEvents final {
  public:
   // Both optional (a test's, or `kiln mcp` locally: events are only logged).
-  SecurityEvents(store::Store* store, metrics::Metrics* metrics)
-      : store_(store), metrics_(metrics) {}
+  SecurityEvents(store::Store* store, metrics::Metrics* metrics, EventThresholds thresholds = {})
+      : store_(store), metrics_(metrics), thresholds_(thresholds) {}
   SecurityEvents(const SecurityEvents&) = delete;
   SecurityEvents& operator=(const SecurityEvents&) = delete;
 
@@ -113,6 +116,7 @@ class SecurityEvents final {
  private:
   store::Store* store_;
   metrics::Metrics* metrics_;
+  const EventThresholds thresholds_;
   std::mutex mu_;
   std::map<std::string, int> memory_kills_;  // tenant -> memory_limit results in a row
   struct Failures {

@@ -122,7 +122,7 @@ TEST_F(SecurityEventsTest, MemoryKillsCountInARowPerTenant) {
 }
 
 TEST_F(SecurityEventsTest, AuthFailuresFromOneAddressAreOneEventPerWindow) {
-  for (int i = 0; i < kAuthFailuresPerWindow - 1; ++i) events_->AuthFailure("192.0.2.1");
+  for (int i = 0; i < EventThresholds{}.auth_failures - 1; ++i) events_->AuthFailure("192.0.2.1");
   events_->AuthFailure("192.0.2.2");
   EXPECT_TRUE(All().empty());
   events_->AuthFailure("192.0.2.1");
@@ -132,6 +132,24 @@ TEST_F(SecurityEventsTest, AuthFailuresFromOneAddressAreOneEventPerWindow) {
   EXPECT_EQ(rows[0].kind, "auth_failures");
   EXPECT_EQ(rows[0].client_addr, "192.0.2.1");
   EXPECT_EQ(rows[0].tenant, "");
+}
+
+TEST_F(SecurityEventsTest, ThresholdsComeFromTheConfig) {
+  EventThresholds t;
+  t.memory_kills_in_a_row = 1;
+  t.auth_failures = 2;
+  t.auth_window_ms = 1500;
+  events_ = std::make_unique<SecurityEvents>(store_.get(), &metrics_, t);
+  From({{"status", "memory_limit"}});
+  ASSERT_EQ(Kinds(), std::vector<std::string>{"memory_kills"});
+  events_->AuthFailure("192.0.2.7");
+  EXPECT_EQ(All().size(), 1u);
+  events_->AuthFailure("192.0.2.7");
+  const auto rows = All();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[1].kind, "auth_failures");
+  EXPECT_NE(rows[1].detail.find("2 requests"), std::string::npos) << rows[1].detail;
+  EXPECT_NE(rows[1].detail.find("within 1.5 s"), std::string::npos) << rows[1].detail;
 }
 
 TEST_F(SecurityEventsTest, ListenersSeeEveryStoredEventWithItsId) {

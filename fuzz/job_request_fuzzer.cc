@@ -2,7 +2,7 @@
 // src/spawner/spawner.h): the first frame a supervisor reads from its job
 // socket, decoded by DecodeRequest, or by DecodeSessionRequest when its type
 // is "session_start" (as RunJob dispatches it). The far end is the server,
-// but a malformed frame must be an error, never an exception (spawner.cc).
+// but a malformed frame must be an error, never an exception (spawner/job_channel.cc).
 //
 // Input: the frame's payload. Checked: decoding returns (an error or a
 // request); a decoded request goes through EncodeRequest and the wire again

@@ -11,6 +11,10 @@
 // SIGKILL leaves no sandbox running; its empty cgroups are removed at the next
 // start (CgroupManager::RemoveStale, from `kiln serve`).
 //
+// Files by process: client.cc is the server's side (this header's classes),
+// spawner_main.cc the spawner's main, supervise_main.cc a supervisor's main,
+// job_channel.cc the framing and encodings both ends of a job share.
+//
 // Channels: a SOCK_SEQPACKET control socket server->spawner carrying one job
 // socket per execution (SCM_RIGHTS); on the job socket, one request frame and
 // one response frame (docs/protocol.md section 5). Closing the server's end of
@@ -197,7 +201,7 @@ class Spawner final {
 // fd 4 holds the configuration's text; `server` is the pid it dies with.
 [[noreturn]] void RunSpawnerProcess(pid_t server);
 
-// Encoding of the job channel, exposed for unit tests.
+// Encoding of the job channel (job_channel.cc), exposed for unit tests.
 nlohmann::json EncodeRequest(const ExecRequest& r);
 Result<ExecRequest> DecodeRequest(const nlohmann::json& j);
 nlohmann::json EncodeSessionRequest(const SessionRequest& r);

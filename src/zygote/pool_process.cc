@@ -68,7 +68,7 @@ int UsableCpus() {
     po.zygote.preload = config.pool.preload;
     for (const auto& m : (*profile)->preload) po.zygote.preload.push_back(m);
     // Sessions take pooled sandboxes too: the longest one's cpu budget
-    // (spawner.cc RunSession), lowered by each adopter to its own.
+    // (spawner/supervise_main.cc RunSession), lowered by each adopter to its own.
     po.zygote.rlimit_cpu_s =
         policy::SessionCpuBudgetSeconds(config.server.session_max_lifetime_s, pol->limits());
     po.min = static_cast<size_t>(config.pool.min);

@@ -1,0 +1,134 @@
+// The job channel between the server and a supervisor (docs/protocol.md
+// section 5), code that both ends run: framing (FramedChannel), the error
+// frame, and the encoding of requests and limits. The server's side is
+// client.cc, the spawner's main spawner_main.cc, the supervisor's main
+// supervise_main.cc.
+#pragma once
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "base/unique_fd.h"
+#include "config/config.h"
+#include "ipc/frame.h"
+
+namespace kiln::spawner {
+
+inline constexpr size_t kMaxRequestBytes = 320u << 20;   // 64 MiB of code + files + encoding
+inline constexpr size_t kMaxResponseBytes = 512u << 20;  // outputs + returned files, base64
+
+// An error as a frame, with the request field it is about ("field", when
+// set), and back.
+nlohmann::json ErrorFrame(const Error& e);
+Error ErrorOf(const nlohmann::json& frame);
+
+// One frame, written whole.
+Status WriteFrame(int fd, const nlohmann::json& message);
+
+nlohmann::json LimitsToJson(const config::LimitSpec& l);
+Result<config::LimitSpec> LimitsFromJson(const nlohmann::json& l);
+
+// Frames on a job socket (docs/protocol.md section 5), with a reader that
+// keeps what arrived past one frame for the next.
+class FramedChannel final {
+ public:
+  FramedChannel(UniqueFd fd, size_t max) : fd_(std::move(fd)), reader_(max) {}
+  int fd() const { return fd_.get(); }
+
+  // Something else to wait for while reading: fires once.
+  struct Waker {
+    int fd = -1;
+    short events = POLLIN;
+    std::function<void()> fire;
+    bool fired = false;
+  };
+
+  // The next frame, blocking; wakers fire (once each) when their fd is ready.
+  Result<nlohmann::json> Read(std::vector<Waker>* wakers = nullptr) {
+    char chunk[65536];
+    for (;;) {
+      auto next = reader_.Next();
+      if (!next.ok()) return std::move(next).error();
+      if (next->has_value()) return ipc::ParseFrame(**next);
+      pollfd fds[4];
+      nfds_t n = 0;
+      fds[n++] = {fd_.get(), POLLIN, 0};
+      std::vector<Waker*> active;
+      if (wakers != nullptr) {
+        for (auto& w : *wakers) {
+          if (w.fired || w.fd < 0 || n >= 4) continue;
+          fds[n++] = {w.fd, w.events, 0};
+          active.push_back(&w);
+        }
+      }
+      const int rc = ::poll(fds, n, -1);
+      if (rc < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoError("poll job channel");
+      }
+      for (size_t i = 0; i < active.size(); ++i) {
+        if (fds[i + 1].revents != 0) {
+          active[i]->fired = true;
+          active[i]->fire();
+        }
+      }
+      if (fds[0].revents == 0) continue;
+      KILN_ASSIGN_OR_RETURN(bool open, ReadSome(chunk, sizeof chunk));
+      if (!open) {
+        return MakeError(Code::kUnavailable, reader_.pending() > 0 ? "job channel ended mid-frame"
+                                                                   : "job channel closed");
+      }
+    }
+  }
+
+  // A frame if one is complete now; nullopt otherwise; kUnavailable at EOF.
+  Result<std::optional<nlohmann::json>> TryRead() {
+    char chunk[65536];
+    for (;;) {
+      auto next = reader_.Next();
+      if (!next.ok()) return std::move(next).error();
+      if (next->has_value()) {
+        KILN_ASSIGN_OR_RETURN(nlohmann::json frame, ipc::ParseFrame(**next));
+        return std::optional<nlohmann::json>(std::move(frame));
+      }
+      pollfd pfd{fd_.get(), POLLIN, 0};
+      const int rc = ::poll(&pfd, 1, 0);
+      if (rc < 0 && errno != EINTR) return ErrnoError("poll job channel");
+      if (rc <= 0) return std::optional<nlohmann::json>();
+      KILN_ASSIGN_OR_RETURN(bool open, ReadSome(chunk, sizeof chunk));
+      if (!open) return MakeError(Code::kUnavailable, "job channel closed");
+    }
+  }
+
+  Status Write(const nlohmann::json& message) { return WriteFrame(fd_.get(), message); }
+  void ShutdownWrite() { ::shutdown(fd_.get(), SHUT_WR); }
+
+ private:
+  Result<bool> ReadSome(char* chunk, size_t size) {
+    for (;;) {
+      const ssize_t n = ::read(fd_.get(), chunk, size);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoError("read job channel");
+      }
+      if (n == 0) return false;
+      reader_.Feed(chunk, static_cast<size_t>(n));
+      return true;
+    }
+  }
+
+  UniqueFd fd_;
+  ipc::FrameReader reader_;
+};
+
+}  // namespace kiln::spawner

@@ -84,10 +84,13 @@ seccomp-measure: build
 	@$(MAKE) --no-print-directory deps DEPS="strace"
 	$(PYTHON) tools/seccomp/measure.py --kiln ./$(BUILD_DIR)/kiln --out $(SECCOMP_MEASURED)
 
+# The whole suite (unit, integration, escape, fuzz replay, clients) on an ASan +
+# UBSan build: the server, the spawner, the supervisors and the CLI all run
+# instrumented, so a memory error anywhere on the request path fails a test.
 asan: deps
-	cmake --preset asan-ubsan >/dev/null
+	cmake --preset asan-ubsan -DKILN_PYTHON=$(PYTHON) -DKILN_TIER_TESTS=ON >/dev/null
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && ctest --output-on-failure -L unit
+	cd build-asan && ctest --output-on-failure -j $(JOBS) --timeout 900
 
 # Each fuzzer for FUZZ_SECONDS (ASan + UBSan), on a working copy of its
 # corpus: new inputs go to $(FUZZ_DIR)/corpus/NAME, crashes to

@@ -335,7 +335,8 @@ int DoPoolBench(const BenchFlags& f) {
                         ? 0
                         : 1);
           }
-          (void)child.sandbox.cgroup.release();  // the supervisor process owns it
+          if (child.sandbox.cgroup) child.sandbox.cgroup->Disown();  // the supervisor owns it
+          child.sandbox.cgroup.reset();
         } else if (mode == 1) {
           pid = ::fork();
           if (pid == 0) {

@@ -116,7 +116,8 @@ class PoolTest : public ::testing::Test {
     ::close(p[1]);
     // The child process owns the sandbox now: our copy of its cgroup object
     // must not remove (and empty) the cgroup when it goes.
-    (void)child.sandbox.cgroup.release();
+    if (child.sandbox.cgroup) child.sandbox.cgroup->Disown();
+    child.sandbox.cgroup.reset();
     return {pid, p[0]};
   }
   static std::string Finish(Background b) {

@@ -387,6 +387,9 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config,
         cell.code = req.value("code", "");
         cell.timeout_s = req.value("timeout_s", limits.wall_timeout_s);
         cell.interrupt_grace_s = start->interrupt_grace_s;
+        if (auto extra = req.find("extra"); extra != req.end() && extra->is_object()) {
+          cell.extra = *extra;
+        }
         const bool stream = req.value("stream", false);
         supervisor::Waiters waiters;
         waiters.control_fd = ch.fd();
@@ -1064,14 +1067,17 @@ Result<std::unique_ptr<SessionChannel>> Spawner::StartSession(const SessionReque
 
 Result<ExecResponse> SessionChannel::Execute(const std::string& code, double timeout_s,
                                              const EventFn& on_event, int hangup_fd,
-                                             const CancelToken* cancel) {
+                                             const CancelToken* cancel,
+                                             const nlohmann::json& extra) {
   if (gone_) return MakeError(Code::kNotFound, "the session is gone: " + *gone_);
   {
-    std::lock_guard<std::mutex> lock(write_mu_);
-    KILN_TRY(channel_->Write({{"type", "execute"},
+    nlohmann::json request = {{"type", "execute"},
                               {"code", code},
                               {"timeout_s", timeout_s},
-                              {"stream", static_cast<bool>(on_event)}}));
+                              {"stream", static_cast<bool>(on_event)}};
+    if (extra.is_object() && !extra.empty()) request["extra"] = extra;
+    std::lock_guard<std::mutex> lock(write_mu_);
+    KILN_TRY(channel_->Write(request));
   }
   std::vector<FramedChannel::Waker> wakers(2);
   wakers[0].fd = cancel ? cancel->fd() : -1;

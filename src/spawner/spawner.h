@@ -93,9 +93,11 @@ class SessionChannel final {
 
   // One cell. The result has session_state; after "lost" the channel is
   // dead (Gone() says why). `hangup_fd`'s peer hanging up interrupts the
-  // cell (the session stays); `cancel` firing kills the sandbox.
+  // cell (the session stays); `cancel` firing kills the sandbox. `extra`:
+  // the cell's context, reset_contexts, env or command (docs/protocol.md).
   Result<ExecResponse> Execute(const std::string& code, double timeout_s, const EventFn& on_event,
-                               int hangup_fd, const CancelToken* cancel);
+                               int hangup_fd, const CancelToken* cancel,
+                               const nlohmann::json& extra = nlohmann::json::object());
   void Interrupt();
   Status PutFile(const std::string& path, const std::string& bytes);
   Result<std::string> GetFile(const std::string& path);

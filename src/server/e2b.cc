@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/base64.h"
 #include "base/log.h"
 #include "executions/service.h"
+#include "server/connect.h"
 #include "server/request.h"
 #include "store/api_key.h"
 #include "store/time_format.h"
@@ -22,6 +24,8 @@ constexpr const char* kEnvdVersion = "0.4.0";
 // The ports the SDK names in E2b-Sandbox-Port.
 constexpr const char* kEnvdPort = "49983";
 constexpr const char* kInterpreterPort = "49999";
+// Where the cells run (their working directory), as E2B names a context's cwd.
+constexpr const char* kWorkspaceDir = "/workspace";
 // The templates of E2B's own SDKs: the server's default profile.
 constexpr const char* kDefaultTemplates[] = {"code-interpreter-v1", "base"};
 
@@ -332,7 +336,7 @@ Reply Front::Api(const Request& req, const store::KeyInfo& key, const std::strin
         return FromError(st.error());
       }
     }
-    Entry e{key.tenant, key.id, template_id, executions::NewId(), metadata, store::NowMs()};
+    Entry e{key.tenant, key.id, template_id, executions::NewId(), metadata, store::NowMs(), {}, {}};
     {
       std::lock_guard<std::mutex> lock(mu_);
       // Sandboxes whose session must have ended (past the longest lifetime).
@@ -442,15 +446,19 @@ Reply Front::Sandbox(const Request& req, const std::string& peer, mcp::SseWriter
   if (port == kInterpreterPort && method == "POST" && path == "/execute") {
     return Execute(req, id, caller, stream, hangup_fd);
   }
-  if (port == kInterpreterPort && path.rfind("/contexts", 0) == 0) {
-    return Error(501,
-                 "code contexts are not supported by kiln yet: a sandbox has one "
-                 "interpreter state, its default context (docs/e2b.md)");
-  }
+  if (port == kInterpreterPort && path.rfind("/contexts", 0) == 0) return Contexts(req, id);
   if (port == kEnvdPort && method == "POST" &&
       (path == "/filesystem.Filesystem/Stat" || path == "/filesystem.Filesystem/ListDir" ||
        path == "/filesystem.Filesystem/Remove")) {
     return ConnectFilesystem(req, path, id, caller);
+  }
+  if (port == kEnvdPort && method == "POST" && path == "/process.Process/Start") {
+    return ProcessStart(req, id, caller, stream, hangup_fd);
+  }
+  if (port == kEnvdPort && method == "POST" &&
+      (path == "/process.Process/List" || path == "/process.Process/SendSignal" ||
+       path == "/process.Process/SendInput")) {
+    return ProcessUnary(req, path, id, caller);
   }
   if (port == kEnvdPort &&
       (path.rfind("/filesystem.", 0) == 0 || path.rfind("/process.", 0) == 0)) {
@@ -577,18 +585,37 @@ Reply Front::Execute(const Request& req, const std::string& id, const sessions::
   if (!body) return Error(400, "the body must be a JSON object");
   if (!body->contains("code") || !(*body)["code"].is_string())
     return Error(400, "code: required, a string");
-  if (Present(*body, "context_id") && (*body)["context_id"] != "default") {
-    return Error(404, "context " + (*body)["context_id"].dump() +
-                          ": code contexts are not supported by kiln yet (docs/e2b.md)");
+  nlohmann::json extra = nlohmann::json::object();
+  std::vector<std::string> resets;
+  {
+    std::string context = "default";
+    if (Present(*body, "context_id")) {
+      if (!(*body)["context_id"].is_string()) return Error(400, "context_id: must be a string");
+      context = (*body)["context_id"].get<std::string>();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return Error(502, "sandbox " + id + " is not running");
+    if (context != "default" && it->second.contexts.count(context) == 0)
+      return Error(404, "context " + context + " not found");
+    resets = it->second.resets;
+    extra["context"] = context;
+    if (!resets.empty()) extra["reset_contexts"] = resets;
   }
   if (Present(*body, "language")) {
     const auto& l = (*body)["language"];
     if (!l.is_string() || (l != "python" && l != "python3"))
       return Error(400, "language: kiln runs python only");
   }
-  if (Present(*body, "env_vars") &&
-      !((*body)["env_vars"].is_object() && (*body)["env_vars"].empty())) {
-    return Error(400, "env_vars: not supported by kiln yet (docs/e2b.md)");
+  if (Present(*body, "env_vars")) {
+    // The cell's environment (runCode's envs): set for the cell, then restored;
+    // checked as the session's (kiln's own names refused, naming the variable).
+    std::vector<std::pair<std::string, std::string>> env;
+    if (auto bad = server::ParseEnv((*body)["env_vars"], "env_vars", &env))
+      return Error(400, bad->field + ": " + bad->message);
+    nlohmann::json env_json = nlohmann::json::object();
+    for (const auto& [k, v] : env) env_json[k] = v;
+    if (!env.empty()) extra["env"] = env_json;
   }
   const std::string code = (*body)["code"].get<std::string>();
 
@@ -616,7 +643,16 @@ Reply Front::Execute(const Request& req, const std::string& id, const sessions::
       error_sent = true;
     }
   };
-  auto outcome = sessions_->Execute(caller, id, code, std::nullopt, on_event, hangup_fd);
+  auto outcome = sessions_->Execute(caller, id, code, std::nullopt, on_event, hangup_fd, extra);
+  if (outcome.ok() && !outcome->rejection && !resets.empty()) {
+    // The runtime emptied them before the cell: no longer pending.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = sandboxes_.find(id); it != sandboxes_.end()) {
+      auto& pending = it->second.resets;
+      for (const auto& r : resets)
+        pending.erase(std::remove(pending.begin(), pending.end(), r), pending.end());
+    }
+  }
   if (!outcome.ok()) {
     if (!out.started()) {
       const kiln::Error& e = outcome.error();
@@ -653,6 +689,277 @@ Reply Front::Execute(const Request& req, const std::string& id, const sessions::
   Reply reply;
   reply.streamed = true;
   return reply;
+}
+
+// The code interpreter's contexts (createCodeContext, listCodeContexts,
+// restartCodeContext, removeCodeContext): interpreter states in the
+// sandbox's one interpreter, each a namespace of its own (docs/e2b.md).
+Reply Front::Contexts(const Request& req, const std::string& id) {
+  constexpr size_t kMaxContexts = 64;
+  const std::string method(req.method_string());
+  const std::string path = PathOf(req);
+  const nlohmann::json default_context = {
+      {"id", "default"}, {"language", "python"}, {"cwd", kWorkspaceDir}};
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return Error(502, "sandbox " + id + " is not running");
+  Entry& e = it->second;
+  if (path == "/contexts" && method == "GET") {
+    nlohmann::json all = nlohmann::json::array({default_context});
+    for (const auto& [name, c] : e.contexts) all.push_back(c);
+    return JsonReply(200, all);
+  }
+  if (path == "/contexts" && method == "POST") {
+    auto body = ObjectBody(req);
+    if (!body) return Error(400, "the body must be a JSON object");
+    if (Present(*body, "language")) {
+      const auto& l = (*body)["language"];
+      if (!l.is_string() || (l != "python" && l != "python3"))
+        return Error(400, "language: kiln runs python only");
+    }
+    if (Present(*body, "cwd") && (*body)["cwd"] != kWorkspaceDir) {
+      return Error(400, std::string("cwd: a kiln context runs in the workspace, ") + kWorkspaceDir +
+                            " (docs/e2b.md)");
+    }
+    if (e.contexts.size() >= kMaxContexts)
+      return Error(429, "a sandbox has at most " + std::to_string(kMaxContexts) + " contexts");
+    const std::string cid = executions::NewId();
+    nlohmann::json c = {{"id", cid}, {"language", "python"}, {"cwd", kWorkspaceDir}};
+    e.contexts[cid] = c;
+    return JsonReply(200, c);
+  }
+  // /contexts/{id} (DELETE) and /contexts/{id}/restart (POST).
+  constexpr std::string_view kPrefix = "/contexts/";
+  if (path.rfind(kPrefix, 0) != 0) return Error(404, method + " " + path + ": no such route");
+  auto [cid, action] = SplitId(path.substr(kPrefix.size()));
+  const bool restart = action == "restart" && method == "POST";
+  const bool remove = action.empty() && method == "DELETE";
+  if (!restart && !remove) return Error(404, method + " " + path + ": no such route");
+  if (cid != "default" && e.contexts.count(cid) == 0)
+    return Error(404, "context " + cid + " not found");
+  if (remove && cid == "default") return Error(400, "the default context cannot be removed");
+  if (std::find(e.resets.begin(), e.resets.end(), cid) == e.resets.end()) e.resets.push_back(cid);
+  if (remove) e.contexts.erase(cid);
+  return NoContent();
+}
+
+namespace {
+
+// A Connect error code for a kiln error (streams carry it in the end-of-stream message).
+const char* ConnectCode(const kiln::Error& e) {
+  static const std::pair<Code, const char*> kCodes[] = {
+      {Code::kInvalidArgument, "invalid_argument"},
+      {Code::kNotFound, "not_found"},
+      {Code::kGone, "not_found"},
+      {Code::kAborted, "aborted"},
+      {Code::kResourceExhausted, "resource_exhausted"},
+      {Code::kUnavailable, "unavailable"},
+      {Code::kUnimplemented, "unimplemented"}};
+  for (const auto& [code, name] : kCodes) {
+    if (e.code == code) return name;
+  }
+  return "internal";
+}
+
+// process.ProcessConfig {cmd, args, envs, cwd} -> the runtime's command
+// {argv, cwd, env}; an error text naming the field.
+std::optional<std::string> CommandOf(const nlohmann::json& config, nlohmann::json* command) {
+  if (!config.is_object()) return "process: required, an object";
+  const auto cmd = config.find("cmd");
+  if (cmd == config.end() || !cmd->is_string() || cmd->get<std::string>().empty())
+    return "process.cmd: required, a program";
+  nlohmann::json argv = nlohmann::json::array({*cmd});
+  if (auto args = config.find("args"); args != config.end() && !args->is_null()) {
+    if (!args->is_array()) return "process.args: must be an array of strings";
+    for (const auto& a : *args) {
+      if (!a.is_string() || a.get<std::string>().find('\0') != std::string::npos)
+        return "process.args: must be an array of strings without NUL";
+      argv.push_back(a);
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> env;
+  if (auto envs = config.find("envs"); envs != config.end() && !envs->is_null()) {
+    if (auto bad = server::ParseEnv(*envs, "process.envs", &env))
+      return bad->field + ": " + bad->message;
+  }
+  nlohmann::json env_json = nlohmann::json::object();
+  for (const auto& [k, v] : env) env_json[k] = v;
+  nlohmann::json cwd = nullptr;
+  if (auto c = config.find("cwd"); c != config.end() && !c->is_null()) {
+    if (!c->is_string() || c->get<std::string>().empty() ||
+        c->get<std::string>().find('\0') != std::string::npos)
+      return "process.cwd: must be a directory's path";
+    cwd = *c;
+  }
+  *command = {{"argv", argv}, {"cwd", cwd}, {"env", env_json}};
+  return std::nullopt;
+}
+
+std::string ProcessEvent(const nlohmann::json& event) {
+  return connect::Encode(0, nlohmann::json({{"event", event}})
+                                .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+}  // namespace
+
+// process.Process/Start (E2B's commands.run/start): a Connect server-streaming
+// call. The command is one cell of the session that runs it instead of Python
+// (docs/protocol.md, "execute": command), so through the executions service
+// and in the session's sandbox; its stdout and stderr stream as data events.
+Reply Front::ProcessStart(const Request& req, const std::string& id, const sessions::Caller& caller,
+                          mcp::SseWriter* stream, int hangup_fd) {
+  bool begun = false;
+  auto begin = [&] {
+    if (!begun) {
+      begun = stream->Begin(200, {{"Content-Type", "application/connect+json"}});
+      if (!begun) return false;
+    }
+    return true;
+  };
+  auto write = [&](const std::string& bytes) { return begin() && stream->Write(bytes); };
+  auto finish = [&](const std::string& end) {
+    if (write(end)) stream->End();
+    Reply reply;
+    reply.streamed = true;
+    return reply;
+  };
+  // Errors of a streaming call are its end-of-stream message (HTTP 200).
+  auto fail = [&](const char* code, const std::string& message) {
+    return finish(connect::EndStream(code, message));
+  };
+
+  auto envelopes = connect::Parse(req.body(), config_->server.max_body_bytes);
+  if (!envelopes.ok()) return fail("invalid_argument", envelopes.error().message);
+  const connect::Envelope* message = nullptr;
+  for (const auto& e : *envelopes) {
+    if (!(e.flags & connect::kEndStream) && message == nullptr) message = &e;
+  }
+  if (message == nullptr) return fail("invalid_argument", "no StartRequest in the body");
+  auto body = nlohmann::json::parse(message->message, nullptr, false);
+  if (body.is_discarded() || !body.is_object())
+    return fail("invalid_argument", "the StartRequest is not a JSON object");
+  if (Present(body, "pty"))
+    return fail("unimplemented", "pty: kiln runs commands without a terminal (docs/e2b.md)");
+  if (body.value("stdin", false))
+    return fail("unimplemented",
+                "stdin: kiln runs commands with stdin from /dev/null (docs/e2b.md)");
+  nlohmann::json command;
+  const nlohmann::json config = body.value("process", nlohmann::json());
+  if (auto bad = CommandOf(config, &command)) return fail("invalid_argument", *bad);
+
+  // The audit row's code: the command line, marked as one.
+  const std::string audited = "# kiln: command " + command["argv"].dump();
+  bool started = false;
+  std::string error;
+  // The supervisor reads the pipes before each frame, so output the command
+  // wrote at once comes before its command_started: held until the start
+  // event (the SDK expects that first).
+  std::vector<std::string> early;
+  const spawner::EventFn on_event = [&](std::string_view name, const nlohmann::json& data) {
+    if (name == "command_started" && !started) {
+      started = true;
+      const int64_t pid = data.value("pid", int64_t{0});
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        running_[id] = Running{pid, config};
+      }
+      write(ProcessEvent({{"start", {{"pid", pid}}}}));
+      for (const auto& e : early) write(e);
+      early.clear();
+    } else if (name == "stdout" || name == "stderr") {
+      std::string event = ProcessEvent(
+          {{"data", {{std::string(name), Base64Encode(data.value("text", std::string()))}}}});
+      if (started) {
+        write(event);
+      } else {
+        early.push_back(std::move(event));
+      }
+    } else if (name == "error") {
+      error = data.value("ename", "") + ": " + data.value("evalue", "");
+    }
+  };
+  auto outcome = sessions_->Execute(caller, id, audited, std::nullopt, on_event, hangup_fd,
+                                    {{"command", command}});
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_.erase(id);
+  }
+  if (!outcome.ok()) return fail(ConnectCode(outcome.error()), outcome.error().message);
+  if (outcome->rejection) {
+    const auto& r = *outcome->rejection;
+    return fail(r.tenant_quota ? "resource_exhausted" : "unavailable", r.error.message);
+  }
+  const nlohmann::json& result = outcome->response->result;
+  const std::string status = result.value("status", "");
+  const std::string reason = result.value("reason", "");
+  if (!started) {  // it never ran: a missing program or directory
+    return fail("invalid_argument", error.empty() ? status + ": " + reason : error);
+  }
+  const auto code = result.find("exit_code");
+  if ((status == "ok" || status == "error") && code != result.end() && code->is_number_integer()) {
+    const int64_t exit_code = code->get<int64_t>();
+    write(ProcessEvent({{"end",
+                         {{"exitCode", exit_code},
+                          {"exited", true},
+                          {"status", "exit status " + std::to_string(exit_code)}}}}));
+    return finish(connect::EndStream());
+  }
+  if (status == "interrupted") {  // SendSignal (the SDK's kill): the process group was killed
+    write(ProcessEvent({{"end",
+                         {{"exitCode", -1},
+                          {"exited", false},
+                          {"status", "signal: killed"},
+                          {"error", reason}}}}));
+    return finish(connect::EndStream());
+  }
+  // kiln ended it: its timeout, memory limit, output limit, ...
+  return fail(status == "timeout" ? "deadline_exceeded" : "resource_exhausted",
+              status + ": " + reason);
+}
+
+// process.Process/List, SendSignal, SendInput: Connect unary calls (JSON).
+Reply Front::ProcessUnary(const Request& req, const std::string& rpc, const std::string& id,
+                          const sessions::Caller& caller) {
+  auto body = ObjectBody(req);
+  if (!body) return ConnectError(InvalidArgument("the body must be a JSON object"));
+  std::optional<Running> running;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = running_.find(id); it != running_.end()) running = it->second;
+  }
+  if (rpc == "/process.Process/List") {
+    nlohmann::json processes = nlohmann::json::array();
+    if (running) processes.push_back({{"pid", running->pid}, {"config", running->config}});
+    return JsonReply(200, {{"processes", processes}});
+  }
+  // ProcessSelector {pid} (a tag selects nothing: kiln's commands have none).
+  const nlohmann::json selector = body->value("process", nlohmann::json::object());
+  const nlohmann::json pid =
+      selector.is_object() ? selector.value("pid", nlohmann::json()) : nlohmann::json();
+  if (!pid.is_number_integer())
+    return ConnectError(InvalidField("process.pid", "process.pid: required, an integer"));
+  if (!running || running->pid != pid.get<int64_t>()) {
+    return ConnectError(
+        MakeError(Code::kNotFound, "process with pid " + pid.dump() + " not found"));
+  }
+  if (rpc == "/process.Process/SendInput") {
+    return JsonReply(400, {{"code", "failed_precondition"},
+                           {"message",
+                            "kiln runs commands with stdin from /dev/null: there is "
+                            "no stdin to send to (docs/e2b.md)"}});
+  }
+  // SendSignal: SIGKILL or SIGTERM. The command is interrupted: its whole
+  // process group is killed (SIGKILL, whichever was asked for).
+  const nlohmann::json signal = body->value("signal", nlohmann::json());
+  const bool known =
+      signal == "SIGNAL_SIGKILL" || signal == "SIGNAL_SIGTERM" || signal == 9 || signal == 15;
+  if (!known) {
+    return ConnectError(InvalidField("signal", "signal: SIGNAL_SIGKILL or SIGNAL_SIGTERM"));
+  }
+  auto busy = sessions_->Interrupt(caller, id);
+  if (!busy.ok()) return ConnectError(busy.error());
+  if (!*busy) return ConnectError(MakeError(Code::kNotFound, "the process has ended"));
+  return JsonReply(200, nlohmann::json::object());
 }
 
 }  // namespace kiln::server::e2b

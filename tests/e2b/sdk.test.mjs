@@ -221,10 +221,45 @@ describe('E2B SDK against kiln serve', () => {
     await assert.rejects(Sandbox.create({ envs: { LD_PRELOAD: 'x' } }), /envVars\.LD_PRELOAD/);
     await assert.rejects(Sandbox.create('no-such-template'), /no kiln profile/);
     const sbx = await create();
-    // The SDK keeps only the status of a 501 (its extractError reads the body
-    // of 404 and 502 alone); kiln's body says why (docs/e2b.md).
-    await assert.rejects(sbx.createCodeContext(), /501/);
-    await assert.rejects(sbx.runCode('1', { envs: { A: 'b' } }), /env_vars|400/);
+    // The SDK keeps only the status of a 400 (its extractError reads the body
+    // of 404 and 502 alone); kiln's body names the variable (the wire test).
+    await assert.rejects(sbx.runCode('1', { envs: { LD_PRELOAD: 'x' } }), /400/);
+    await assert.rejects(sbx.createCodeContext({ language: 'r' }), /400/);
+  });
+
+  test('a second code context: separate state and count, restart empties one only, remove', async () => {
+    const sbx = await create();
+    await sbx.runCode("x = 'default'");
+    const ctx = await sbx.createCodeContext();
+    assert.match(ctx.id, /^[0-9a-f]{32}$/);
+    assert.equal(ctx.language, 'python');
+    await sbx.runCode("x = 'second'", { context: ctx });
+    assert.equal((await sbx.runCode('x')).text, "'default'");
+    const second = await sbx.runCode('x', { context: ctx });
+    assert.equal(second.text, "'second'");
+    assert.equal(second.executionCount, 2);
+    // State of one is not visible in another.
+    const other = await sbx.createCodeContext();
+    const missing = await sbx.runCode('x', { context: other });
+    assert.equal(missing.error?.name, 'NameError');
+    const ids = (await sbx.listCodeContexts()).map((c) => c.id).sort();
+    assert.deepEqual(ids, ['default', ctx.id, other.id].sort());
+    // Restart empties that context only.
+    await sbx.restartCodeContext(ctx);
+    assert.equal((await sbx.runCode('x', { context: ctx })).error?.name, 'NameError');
+    assert.equal((await sbx.runCode('x')).text, "'default'");
+    await sbx.removeCodeContext(other.id);
+    assert.deepEqual((await sbx.listCodeContexts()).map((c) => c.id).sort(), ['default', ctx.id].sort());
+    await assert.rejects(sbx.runCode('1', { context: other }), /not found/);
+  });
+
+  test('runCode with envs: the cell sees them, the next cell does not', async () => {
+    const sbx = await create({ envs: { KEPT: 'session' } });
+    const code = "import os, subprocess\n(os.environ.get('CELL'), os.environ.get('KEPT'), " +
+      "subprocess.run(['/usr/bin/printenv', 'CELL'], capture_output=True, text=True).stdout)";
+    const withEnv = await sbx.runCode(code, { envs: { CELL: 'one cell', KEPT: 'overridden' } });
+    assert.equal(withEnv.text, "('one cell', 'overridden', 'one cell\\n')");
+    assert.equal((await sbx.runCode(code)).text, "(None, 'session', '')");
   });
 
   test('files: write, read what the code wrote, binary-safe, missing is NotFound', async () => {
@@ -261,6 +296,97 @@ describe('E2B SDK against kiln serve', () => {
     assert.equal((await sbx.runCode("import os; os.path.exists('out.bin')")).text, 'False');
     // Absolute paths are not mapped yet (docs/e2b.md): refused with the reason.
     await assert.rejects(sbx.files.write('/etc/x', 'no'), /relative to the workspace/);
+  });
+
+  test("commands.run('ls; echo err >&2'): exit code and both streams, from the sandbox", async () => {
+    const sbx = await create();
+    await sbx.files.write('seen-by-ls.txt', 'x');
+    const r = await sbx.commands.run('ls; echo err >&2');
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.stdout, 'seen-by-ls.txt\n');
+    assert.equal(r.stderr, 'err\n');
+    // A command sees what the code wrote, and the code what the command wrote.
+    await sbx.runCode("open('from-code.txt', 'w').write('by runCode')");
+    assert.equal((await sbx.commands.run('cat from-code.txt')).stdout, 'by runCode');
+    await sbx.commands.run('echo by-bash > from-bash.txt');
+    assert.equal((await sbx.runCode("open('from-bash.txt').read()")).text, "'by-bash\\n'");
+    // A command is not a cell of the interpreter: only the two runCode calls counted.
+    assert.equal((await sbx.runCode('1')).executionCount, 3);
+  });
+
+  test('a failing command is a CommandExitError with its exit code and output', async () => {
+    const sbx = await create();
+    await assert.rejects(sbx.commands.run('echo partial; echo why >&2; exit 3'), (err) => {
+      assert.equal(err.name, 'CommandExitError', `${err.name}: ${err.message}`);
+      assert.equal(err.exitCode, 3);
+      assert.equal(err.stdout, 'partial\n');
+      assert.equal(err.stderr, 'why\n');
+      return true;
+    });
+    // A program that cannot start is an error of the call, not an exit code.
+    await assert.rejects(sbx.commands.run('true', { cwd: '/no/such/dir' }), /FileNotFoundError|no\/such/);
+    // The sandbox goes on.
+    assert.equal((await sbx.commands.run('echo still here')).stdout, 'still here\n');
+  });
+
+  test('commands: envs, cwd, onStdout/onStderr as output is produced, a login shell', async () => {
+    const sbx = await create({ envs: { FROM_SANDBOX: 'sbx' } });
+    const events = [];
+    const started = Date.now();
+    const r = await sbx.commands.run(
+      'echo "$GREETING $FROM_SANDBOX $(pwd)"; sleep 1.5; echo late >&2; shopt -q login_shell && echo login',
+      {
+        envs: { GREETING: 'hi' },
+        cwd: '/tmp',
+        onStdout: (d) => events.push(['stdout', d, Date.now() - started]),
+        onStderr: (d) => events.push(['stderr', d, Date.now() - started]),
+      },
+    );
+    assert.equal(r.stdout, 'hi sbx /tmp\nlogin\n');
+    // Each stream in order (two pipes: no order between them).
+    assert.deepEqual(events.filter((e) => e[0] === 'stdout').map((e) => e[1]), ['hi sbx /tmp\n', 'login\n']);
+    assert.deepEqual(events.filter((e) => e[0] === 'stderr').map((e) => e[1]), ['late\n']);
+    const total = Date.now() - started;
+    assert.ok(events[0][2] < total - 1000, `stdout at ${events[0][2]} ms of ${total} ms`);
+    // kiln's own names are refused, naming the variable, as for the session's env.
+    await assert.rejects(sbx.commands.run('true', { envs: { LD_PRELOAD: 'x' } }), /process\.envs\.LD_PRELOAD/);
+  });
+
+  test('a background command: listed, killed, and stdin is refused with the reason', async () => {
+    const sbx = await create();
+    const handle = await sbx.commands.run('echo started; sleep 60', { background: true });
+    assert.ok(Number.isInteger(handle.pid) && handle.pid > 0, `pid ${handle.pid}`);
+    const listed = await sbx.commands.list();
+    assert.deepEqual(listed.map((p) => [p.pid, p.cmd, p.args]), [[handle.pid, '/bin/bash', ['-l', '-c', 'echo started; sleep 60']]]);
+    await assert.rejects(sbx.commands.sendStdin(handle.pid, 'x'), /stdin/);
+    assert.equal(await sbx.commands.kill(handle.pid + 1000), false);
+    assert.equal(await handle.kill(), true);
+    await assert.rejects(handle.wait(), (err) => {
+      assert.equal(err.name, 'CommandExitError', `${err.name}: ${err.message}`);
+      assert.equal(err.stdout, 'started\n');
+      return true;
+    });
+    assert.deepEqual(await sbx.commands.list(), []);
+    // The sandbox (and its interpreter state) goes on.
+    assert.equal((await sbx.commands.run('echo after')).stdout, 'after\n');
+  });
+
+  test('a command is in the jail: no new privileges, seccomp, no network, read-only root', async () => {
+    const sbx = await create();
+    const status = (await sbx.commands.run('cat /proc/self/status')).stdout;
+    assert.match(status, /^NoNewPrivs:\s+1$/m);
+    assert.match(status, /^Seccomp:\s+2$/m);
+    // The same uid as the code's, not root.
+    const uid = (await sbx.runCode('import os; os.getuid()')).text;
+    assert.match(status, new RegExp(`^Uid:\\s+${uid}\\s`, 'm'));
+    assert.notEqual(uid, '0');
+    const net = await sbx.commands.run('(echo > /dev/tcp/1.1.1.1/53) 2>/dev/null && echo connected || echo refused');
+    assert.equal(net.stdout, 'refused\n');
+    await assert.rejects(sbx.commands.run('touch /usr/kiln-e2b-probe'), (err) => {
+      assert.equal(err.name, 'CommandExitError');
+      assert.match(err.stderr, /Read-only file system/);
+      return true;
+    });
   });
 
   test('the sandbox is the kiln jail: no network, read-only root', async () => {
@@ -318,6 +444,51 @@ describe('E2B SDK against kiln serve', () => {
     const ref = await res.json();
     assert.equal(ref.stdout, '1\n');
     assert.equal(ref.exit_code, 0);
+    // A cell's env_vars are checked as the session's: kiln's names refused, named.
+    const inSandbox = { 'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': sbx.envdAccessToken };
+    res = await fetch(`${server.url}/execute`, {
+      method: 'POST',
+      headers: { ...inSandbox, 'E2b-Sandbox-Port': '49999', 'Content-Type': 'application/json' },
+      body: JSON.stringify({ code: '1', env_vars: { LD_PRELOAD: 'x' } }),
+    });
+    assert.equal(res.status, 400);
+    assert.match((await res.json()).message, /env_vars\.LD_PRELOAD/);
+    // process.Process/Start is Connect streaming: envelopes in, envelopes out;
+    // a body that is not one is an end-of-stream error (flag 0x02), HTTP 200.
+    const start = (body) => fetch(`${server.url}/process.Process/Start`, {
+      method: 'POST',
+      headers: { ...inSandbox, 'E2b-Sandbox-Port': '49983', 'Content-Type': 'application/connect+json' },
+      body,
+    });
+    const envelopes = (buf) => {
+      const out = [];
+      for (let i = 0; i < buf.length;) {
+        const n = buf.readUInt32BE(i + 1);
+        out.push([buf[i], JSON.parse(buf.subarray(i + 5, i + 5 + n).toString())]);
+        i += 5 + n;
+      }
+      return out;
+    };
+    const envelope = (obj) => {
+      const msg = Buffer.from(JSON.stringify(obj));
+      const head = Buffer.alloc(5);
+      head.writeUInt32BE(msg.length, 1);
+      return Buffer.concat([head, msg]);
+    };
+    res = await start(Buffer.from([0, 0, 0, 0, 9, 0x7b]));
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get('content-type'), 'application/connect+json');
+    let got = envelopes(Buffer.from(await res.arrayBuffer()));
+    assert.deepEqual(got.map((e) => e[0]), [2]);
+    assert.equal(got[0][1].error.code, 'invalid_argument');
+    assert.match(got[0][1].error.message, /cut short/);
+    res = await start(envelope({ process: { cmd: '/bin/bash', args: ['-c', 'printf hi; exit 4'] } }));
+    got = envelopes(Buffer.from(await res.arrayBuffer()));
+    assert.deepEqual(got.map((e) => [e[0], Object.keys(e[1].event ?? {})[0]]),
+      [[0, 'start'], [0, 'data'], [0, 'end'], [2, undefined]]);
+    assert.equal(Buffer.from(got[1][1].event.data.stdout, 'base64').toString(), 'hi');
+    assert.equal(got[2][1].event.end.exitCode, 4);
+    assert.deepEqual(got[3][1], {});
   });
 
   test('a wrong key is refused in E2B\'s error shape', async () => {

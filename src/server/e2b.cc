@@ -449,7 +449,8 @@ Reply Front::Sandbox(const Request& req, const std::string& peer, mcp::SseWriter
   if (port == kInterpreterPort && path.rfind("/contexts", 0) == 0) return Contexts(req, id);
   if (port == kEnvdPort && method == "POST" &&
       (path == "/filesystem.Filesystem/Stat" || path == "/filesystem.Filesystem/ListDir" ||
-       path == "/filesystem.Filesystem/Remove")) {
+       path == "/filesystem.Filesystem/Remove" || path == "/filesystem.Filesystem/MakeDir" ||
+       path == "/filesystem.Filesystem/Move")) {
     return ConnectFilesystem(req, path, id, caller);
   }
   if (port == kEnvdPort && method == "POST" && path == "/process.Process/Start") {
@@ -511,7 +512,9 @@ Reply ConnectError(const kiln::Error& e) {
       {Code::kGone, {404, "not_found"}},
       {Code::kAborted, {409, "aborted"}},
       {Code::kResourceExhausted, {429, "resource_exhausted"}},
-      {Code::kUnavailable, {503, "unavailable"}}};
+      {Code::kUnavailable, {503, "unavailable"}},
+      {Code::kAlreadyExists, {409, "already_exists"}},
+      {Code::kFailedPrecondition, {400, "failed_precondition"}}};
   std::pair<int, const char*> status{500, "internal"};
   for (const auto& [code, s] : kCodes) {
     if (e.code == code) status = s;
@@ -525,24 +528,23 @@ Reply ConnectError(const kiln::Error& e) {
 Reply Front::ConnectFilesystem(const Request& req, const std::string& rpc, const std::string& id,
                                const sessions::Caller& caller) {
   auto body = ObjectBody(req);
-  if (!body || !body->value("path", nlohmann::json()).is_string())
-    return ConnectError(InvalidField("path", "path: required, a string"));
-  std::string path = (*body)["path"].get<std::string>();
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  if (path == "." || path == "./") path.clear();
-  if (!path.empty() && path.front() == '/') {
-    return ConnectError(InvalidField(
-        "path", "path " + path +
-                    ": kiln takes paths relative to the workspace (E2B's home directory) only "
-                    "(docs/e2b.md)"));
-  }
-  if (rpc == "/filesystem.Filesystem/Remove") {
-    // A file, an empty directory or a symlink (the session's DeleteFile).
-    Status st = sessions_->DeleteFile(caller, id, path);
-    return st.ok() ? JsonReply(200, nlohmann::json::object()) : ConnectError(st.error());
-  }
-  auto files = sessions_->ListFiles(caller, id);
-  if (!files.ok()) return ConnectError(files.error());
+  if (!body) return ConnectError(InvalidArgument("the body must be a JSON object"));
+  // A path of a request member, relative to the workspace ("" is the workspace).
+  auto path_of = [&](const char* field, std::string* out) -> std::optional<Reply> {
+    if (!body->value(field, nlohmann::json()).is_string())
+      return ConnectError(InvalidField(field, std::string(field) + ": required, a string"));
+    std::string path = (*body)[field].get<std::string>();
+    while (path.size() > 1 && path.back() == '/') path.pop_back();
+    if (path == "." || path == "./") path.clear();
+    if (!path.empty() && path.front() == '/') {
+      return ConnectError(InvalidField(
+          field, std::string(field) + " " + path +
+                     ": kiln takes paths relative to the workspace (E2B's home directory) only "
+                     "(docs/e2b.md)"));
+    }
+    *out = std::move(path);
+    return std::nullopt;
+  };
   auto entry = [](const nlohmann::json& f) {
     const std::string p = f.value("path", "");
     const auto slash = p.rfind('/');
@@ -551,6 +553,45 @@ Reply Front::ConnectFilesystem(const Request& req, const std::string& rpc, const
                           {"path", p},
                           {"size", f.value("size", int64_t{0})}};
   };
+  // The entry of `path` once it exists (Move's and MakeDir's answer).
+  auto entry_of = [&](const std::string& path) -> Reply {
+    auto files = sessions_->ListFiles(caller, id);
+    if (!files.ok()) return ConnectError(files.error());
+    for (const auto& f : *files) {
+      if (f.value("path", "") == path) return JsonReply(200, {{"entry", entry(f)}});
+    }
+    const auto slash = path.rfind('/');  // a symlink: the listing skips it
+    return JsonReply(200, {{"entry",
+                            {{"name", slash == std::string::npos ? path : path.substr(slash + 1)},
+                             {"type", 3},  // FILE_TYPE_SYMLINK
+                             {"path", path}}}});
+  };
+  std::string path;
+  if (rpc == "/filesystem.Filesystem/Move") {
+    std::string to;
+    if (auto bad = path_of("source", &path)) return *bad;
+    if (auto bad = path_of("destination", &to)) return *bad;
+    if (path.empty() || to.empty())
+      return ConnectError(InvalidArgument("the workspace itself cannot be moved or replaced"));
+    Status st = sessions_->MoveFile(caller, id, path, to);
+    return st.ok() ? entry_of(to) : ConnectError(st.error());
+  }
+  if (auto bad = path_of("path", &path)) return *bad;
+  if (rpc == "/filesystem.Filesystem/MakeDir") {
+    if (path.empty()) return ConnectError(MakeError(Code::kAlreadyExists, "the workspace exists"));
+    Status st = sessions_->MakeDir(caller, id, path);
+    return st.ok() ? entry_of(path) : ConnectError(st.error());
+  }
+  if (rpc == "/filesystem.Filesystem/Remove") {
+    // A file, a symlink, or a directory with all it holds (files.remove).
+    if (path.empty())
+      return ConnectError(InvalidArgument("the workspace itself cannot be removed"));
+    Status st = sessions_->DeleteFile(caller, id, path, /*recursive=*/true);
+    return st.ok() ? JsonReply(200, nlohmann::json::object()) : ConnectError(st.error());
+  }
+  auto files = sessions_->ListFiles(caller, id);
+  if (!files.ok()) return ConnectError(files.error());
+
   const nlohmann::json* found = nullptr;
   for (const auto& f : *files) {
     if (f.value("path", "") == path) found = &f;

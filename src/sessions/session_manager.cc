@@ -422,11 +422,29 @@ Result<nlohmann::json> SessionManager::ListFiles(const Caller& caller, const std
 }
 
 Status SessionManager::DeleteFile(const Caller& caller, const std::string& id,
-                                  const std::string& path) {
+                                  const std::string& path, bool recursive) {
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
   return FileResult(WithOp(*s, [&]() -> Status {
     if (!s->channel) return MakeError(Code::kGone, "gone");
-    return s->channel->DeleteFile(path);
+    return s->channel->DeleteFile(path, recursive);
+  }));
+}
+
+Status SessionManager::MakeDir(const Caller& caller, const std::string& id,
+                               const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
+  return FileResult(WithOp(*s, [&]() -> Status {
+    if (!s->channel) return MakeError(Code::kGone, "gone");
+    return s->channel->MakeDir(path);
+  }));
+}
+
+Status SessionManager::MoveFile(const Caller& caller, const std::string& id,
+                                const std::string& from, const std::string& to) {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
+  return FileResult(WithOp(*s, [&]() -> Status {
+    if (!s->channel) return MakeError(Code::kGone, "gone");
+    return s->channel->Move(from, to);
   }));
 }
 

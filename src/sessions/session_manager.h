@@ -115,7 +115,12 @@ class SessionManager final {
                  const std::string& bytes);
   Result<std::string> GetFile(const Caller& caller, const std::string& id, const std::string& path);
   Result<nlohmann::json> ListFiles(const Caller& caller, const std::string& id);
-  Status DeleteFile(const Caller& caller, const std::string& id, const std::string& path);
+  Status DeleteFile(const Caller& caller, const std::string& id, const std::string& path,
+                    bool recursive = false);
+  // E2B's files.makeDir and files.rename (kAlreadyExists: the name exists).
+  Status MakeDir(const Caller& caller, const std::string& id, const std::string& path);
+  Status MoveFile(const Caller& caller, const std::string& id, const std::string& from,
+                  const std::string& to);
 
   // Ends every session of the tenant (a quarantine) or every session (a
   // lockdown), with the reason later calls get (410). Returns how many.

@@ -48,6 +48,7 @@ Code CodeFromName(const std::string& code) {
   if (code == "not_found") return Code::kNotFound;
   if (code == "aborted") return Code::kAborted;
   if (code == "unavailable") return Code::kUnavailable;
+  if (code == "already_exists") return Code::kAlreadyExists;
   return Code::kInternal;
 }
 
@@ -411,7 +412,7 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config,
         (void)ch.Write({{"type", "stats"},
                         {"memory_bytes", mem ? nlohmann::json(*mem) : nlohmann::json(nullptr)}});
       } else if (type == "file_put" || type == "file_get" || type == "file_list" ||
-                 type == "file_delete") {
+                 type == "file_delete" || type == "file_mkdir" || type == "file_move") {
         const int ws = sbx.workspace_fd();
         Status done = OkStatus();
         nlohmann::json reply = {{"type", "ok"}};
@@ -453,6 +454,24 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config,
             } else {
               reply["content_base64"] = Base64Encode(*bytes);
             }
+          } else if (type == "file_mkdir" || type == "file_move") {
+            // Creations are made as the sandbox's uid (as file_put's).
+            std::optional<supervisor::ScopedFsIds> ids;
+            if (root) {
+              auto entered = supervisor::ScopedFsIds::Enter(sbx.outer_uid(), sbx.outer_gid());
+              if (entered.ok())
+                ids.emplace(std::move(*entered));
+              else
+                done = std::move(entered).error();
+            }
+            if (done.ok() && type == "file_mkdir") {
+              done = supervisor::MakeDirBeneath(ws, *path, sbx.outer_uid(), sbx.outer_gid());
+            } else if (done.ok()) {
+              done = supervisor::MoveBeneath(ws, *path, req.value("to", ""), sbx.outer_uid(),
+                                             sbx.outer_gid());
+            }
+          } else if (req.value("recursive", false)) {
+            done = supervisor::DeleteTreeBeneath(ws, *path);
           } else {
             done = supervisor::DeleteBeneath(ws, *path);
           }
@@ -1139,8 +1158,18 @@ Result<nlohmann::json> SessionChannel::ListFiles() {
   return reply.value("files", nlohmann::json::array());
 }
 
-Status SessionChannel::DeleteFile(const std::string& path) {
-  KILN_TRY(Call({{"type", "file_delete"}, {"path", path}}));
+Status SessionChannel::DeleteFile(const std::string& path, bool recursive) {
+  KILN_TRY(Call({{"type", "file_delete"}, {"path", path}, {"recursive", recursive}}));
+  return OkStatus();
+}
+
+Status SessionChannel::MakeDir(const std::string& path) {
+  KILN_TRY(Call({{"type", "file_mkdir"}, {"path", path}}));
+  return OkStatus();
+}
+
+Status SessionChannel::Move(const std::string& from, const std::string& to) {
+  KILN_TRY(Call({{"type", "file_move"}, {"path", from}, {"to", to}}));
   return OkStatus();
 }
 

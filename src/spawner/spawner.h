@@ -102,7 +102,9 @@ class SessionChannel final {
   Status PutFile(const std::string& path, const std::string& bytes);
   Result<std::string> GetFile(const std::string& path);
   Result<nlohmann::json> ListFiles();  // [{"path","size","directory"}]
-  Status DeleteFile(const std::string& path);
+  Status DeleteFile(const std::string& path, bool recursive = false);  // recursive: a full dir too
+  Status MakeDir(const std::string& path);  // and its parents; kAlreadyExists
+  Status Move(const std::string& from, const std::string& to);
   Result<nlohmann::json> Stats();  // {"memory_bytes": n | null}
   // Non-blocking, between operations: the reason, once the supervisor ended
   // the session on its own (its sandbox died) or is gone.

@@ -298,6 +298,71 @@ describe('E2B SDK against kiln serve', () => {
     await assert.rejects(sbx.files.write('/etc/x', 'no'), /relative to the workspace/);
   });
 
+  test('files.makeDir, rename and remove: parents made, a directory moved and removed whole', async () => {
+    const sbx = await create();
+    assert.equal(await sbx.files.makeDir('a/b/c'), true);
+    // E2B's answer for a directory that exists: false, not an error.
+    assert.equal(await sbx.files.makeDir('a/b/c'), false);
+    assert.equal((await sbx.runCode("import os; os.path.isdir('a/b/c')")).text, 'True');
+    await sbx.files.write('a/b/c/f.txt', 'inside');
+    const moved = await sbx.files.rename('a', 'z');
+    assert.equal(moved.name, 'z');
+    assert.equal(moved.path, 'z');
+    assert.equal(moved.type, 'dir');
+    assert.equal(await sbx.files.exists('a'), false);
+    assert.equal((await sbx.runCode("open('z/b/c/f.txt').read()")).text, "'inside'");
+    // A file to a new name in a directory that does not exist yet.
+    const file = await sbx.files.rename('z/b/c/f.txt', 'moved/here.txt');
+    assert.deepEqual([file.name, file.type, file.size], ['here.txt', 'file', 'inside'.length]);
+    assert.equal(await sbx.files.read('moved/here.txt'), 'inside');
+    await assert.rejects(sbx.files.rename('no-such', 'x'), (err) => {
+      assert.equal(err.name, 'FileNotFoundError', `${err.name}: ${err.message}`);
+      return true;
+    });
+    // What rename(2) refuses is refused, with the kernel's reason.
+    await assert.rejects(sbx.files.rename('z', 'z/b/inside'), /failed_precondition\] cannot move 'z' to 'z\/b\/inside'/);
+    // remove takes a directory with everything in it (envd's os.RemoveAll).
+    await sbx.files.write('z/b/deep.txt', 'x');
+    await sbx.files.remove('z');
+    assert.equal(await sbx.files.exists('z'), false);
+    assert.equal((await sbx.runCode("import os; os.path.exists('z')")).text, 'False');
+    await assert.rejects(sbx.files.remove('z'), (err) => err.name === 'FileNotFoundError');
+  });
+
+  test('files.makeDir, rename and remove stay in the workspace: .., links and absolute paths refused', async () => {
+    const sbx = await create();
+    await sbx.files.write('mine.txt', 'mine');
+    const refused = (re) => (err) => {
+      assert.equal(err.name, 'InvalidArgumentError', `${err.name}: ${err.message}`);
+      assert.match(err.message, re);
+      return true;
+    };
+    await assert.rejects(sbx.files.makeDir('../escape'), refused(/'\.\.'/));
+    await assert.rejects(sbx.files.rename('mine.txt', '../../tmp/stolen'), refused(/'\.\.'/));
+    await assert.rejects(sbx.files.rename('a/../../x', 'y'), refused(/'\.\.'/));
+    await assert.rejects(sbx.files.remove('..'), refused(/'\.\.'/));
+    await assert.rejects(sbx.files.remove('/etc/hostname'), refused(/workspace/));
+    await assert.rejects(sbx.files.rename('/etc/hostname', 'h'), refused(/workspace/));
+    await assert.rejects(sbx.files.makeDir('/tmp/outside'), refused(/workspace/));
+    // The code makes links out of the workspace; the host never follows them.
+    await sbx.runCode("import os\nos.symlink('/tmp', 'tmp-link')\nos.makedirs('/tmp/target', exist_ok=True)\nopen('/tmp/target/keep.txt', 'w').write('kept')");
+    await assert.rejects(sbx.files.makeDir('tmp-link/x'), refused(/symlink/));
+    await assert.rejects(sbx.files.rename('tmp-link/target/keep.txt', 'stolen.txt'), refused(/symlink/));
+    await assert.rejects(sbx.files.rename('mine.txt', 'tmp-link/mine.txt'), refused(/symlink/));
+    await assert.rejects(sbx.files.remove('tmp-link/target'), refused(/symlink/));
+    // Renaming or removing the link itself touches the link only.
+    const link = await sbx.files.rename('tmp-link', 'renamed-link');
+    assert.equal(link.type, 'symlink');
+    await sbx.files.remove('renamed-link');
+    const seen = await sbx.runCode(
+      "(os.path.lexists('renamed-link'), open('/tmp/target/keep.txt').read(), os.path.exists('/tmp/outside'), open('mine.txt').read())",
+    );
+    assert.equal(seen.text, "(False, 'kept', False, 'mine')");
+    // The workspace itself is neither removed nor moved.
+    await assert.rejects(sbx.files.remove('.'), refused(/workspace itself/));
+    await assert.rejects(sbx.files.rename('.', 'elsewhere'), refused(/workspace itself/));
+  });
+
   test("commands.run('ls; echo err >&2'): exit code and both streams, from the sandbox", async () => {
     const sbx = await create();
     await sbx.files.write('seen-by-ls.txt', 'x');

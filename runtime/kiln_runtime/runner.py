@@ -322,6 +322,9 @@ def parse_execute(msg):
     resets = msg.get("reset_contexts", [])
     if type(resets) is not list or any(type(c) is not str for c in resets):
         raise ValueError("execute.reset_contexts is not a list of strings")
+    cwd = msg.get("cwd")
+    if cwd is not None and (type(cwd) is not str or not cwd.startswith("/") or "\0" in cwd):
+        raise ValueError("execute.cwd is not an absolute path")
     return {
         "cell": cell,
         "code": code,
@@ -333,6 +336,7 @@ def parse_execute(msg):
         "reset_contexts": resets,
         "env": _string_map(msg, "env", "execute.env"),
         "command": _parse_command(msg.get("command")),
+        "cwd": cwd,
     }
 
 
@@ -377,6 +381,7 @@ class Session:
         self.workspace = workspace
         self.preload = [name for name in preload if name]
         self.started = False
+        self.moved_to_cwd = False  # execute.cwd was applied (once)
         self.execution_count = 0
         self.exit_code = 0
         self.flags = 0  # __future__ flags the cells have switched on
@@ -523,6 +528,18 @@ class Session:
         if not self.started:
             self._start()
         self._reset_contexts(req["reset_contexts"])
+        if req["cwd"] is not None and not self.moved_to_cwd:
+            # The session's starting directory (E2B's home): entered once, so
+            # that a cell's own os.chdir() lasts, as in a notebook.
+            self.moved_to_cwd = True
+            try:
+                posix.chdir(req["cwd"])
+            except OSError as exc:
+                self.send({"type": "error", "cell": req["cell"], "ename": type(exc).__name__,
+                           "evalue": str(exc), "traceback": []})
+                self.send({"type": "execute_reply", "cell": req["cell"], "status": "error",
+                           "execution_count": None, "exit_code": 1, "dropped": 0})
+                return
         if req["command"] is not None:
             status, code = self._run_command(req)
             if posix.getpid() != self.pid:

@@ -2,6 +2,7 @@
 
 import os
 import signal
+import tempfile
 import threading
 import time
 import unittest
@@ -101,6 +102,28 @@ class CommandTest(RuntimeTestCase):
                 rt.send({"type": "execute", "cell": 1, "code": "", "command": bad})
                 self.assertEqual(rt.finish(), 125)
                 self.assertIn("execute.command", rt.stderr)
+
+
+class CwdTest(RuntimeTestCase):
+    def test_the_first_cell_with_a_cwd_moves_there_and_later_chdirs_last(self):
+        here = tempfile.mkdtemp()
+        self.addCleanup(os.rmdir, here)
+        frames = self.rt.execute("import os\nos.getcwd()", cwd=here)
+        self.assertEqual(result_text(frames), repr(here))
+        # The cell's own chdir lasts: the cwd is the session's start only.
+        self.rt.execute("os.chdir('/')", cwd=here)
+        self.assertEqual(result_text(self.rt.execute("os.getcwd()", cwd=here)), "'/'")
+
+    def test_a_missing_cwd_is_the_cells_error_and_the_runtime_goes_on(self):
+        frames = self.rt.execute("1", cwd="/nonexistent/dir")
+        self.assertEqual(of_type(frames, "error")[0]["ename"], "FileNotFoundError")
+        self.assertEqual(reply(frames)["status"], "error")
+        self.assertEqual(reply(self.rt.execute("'alive'"))["status"], "ok")
+
+    def test_a_relative_cwd_ends_the_runtime(self):
+        self.rt.send({"type": "execute", "cell": 1, "code": "", "cwd": "relative"})
+        self.assertEqual(self.rt.finish(), 125)
+        self.assertIn("execute.cwd", self.rt.stderr)
 
 
 class ContextTest(RuntimeTestCase):

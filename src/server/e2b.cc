@@ -6,6 +6,7 @@
 #include "base/base64.h"
 #include "base/log.h"
 #include "executions/service.h"
+#include "isolation/mount_ns.h"
 #include "server/connect.h"
 #include "server/request.h"
 #include "store/api_key.h"
@@ -24,8 +25,10 @@ constexpr const char* kEnvdVersion = "0.4.0";
 // The ports the SDK names in E2b-Sandbox-Port.
 constexpr const char* kEnvdPort = "49983";
 constexpr const char* kInterpreterPort = "49999";
-// Where the cells run (their working directory), as E2B names a context's cwd.
-constexpr const char* kWorkspaceDir = "/workspace";
+// E2B's home directory, where every kiln sandbox shows its workspace a second
+// time (isolation::kE2bHomePath): an E2B sandbox's cells and commands run
+// there, and the SDK's file paths are absolute beneath it or relative to it.
+constexpr const char* kHome = isolation::kE2bHomePath;
 // The templates of E2B's own SDKs: the server's default profile.
 constexpr const char* kDefaultTemplates[] = {"code-interpreter-v1", "base"};
 
@@ -169,21 +172,50 @@ std::optional<std::string> QueryParam(const Request& req, std::string_view name)
   return std::nullopt;
 }
 
-// An E2B file path as a workspace path. E2B resolves relative paths against
-// the user's home directory, kiln against the workspace (the cells' working
-// directory); absolute paths name nothing kiln can map yet (docs/e2b.md).
+// An E2B path (`field`'s) as a path of the workspace, "" for the workspace
+// itself: absolute beneath /home/user, or relative to it (as envd resolves
+// them against the user's home). Anything else is outside what kiln serves:
+// an error text. The workspace path is then checked by the session's file API
+// (no "..", no symlink followed).
+std::optional<std::string> ToWorkspace(const std::string& field, std::string path,
+                                       std::string* out) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const std::string home = kHome;
+  if (path == home) {
+    path.clear();
+  } else if (path.rfind(home + "/", 0) == 0) {
+    path.erase(0, home.size() + 1);
+  } else if (!path.empty() && path.front() == '/') {
+    return field + " " + path + ": outside " + home +
+           ", the sandbox's workspace; kiln serves files there only (docs/e2b.md)";
+  }
+  while (path.rfind("./", 0) == 0) path.erase(0, 2);
+  if (path == ".") path.clear();
+  *out = std::move(path);
+  return std::nullopt;
+}
+
+// A workspace path as E2B answers it: absolute, beneath /home/user.
+std::string E2bPath(const std::string& workspace_path) {
+  return workspace_path.empty() ? std::string(kHome) : std::string(kHome) + "/" + workspace_path;
+}
+
+// A file's path for files.read/write (the workspace itself is not a file).
 std::optional<std::string> WorkspacePath(const std::string& path, std::string* why) {
   if (path.empty()) {
     *why = "path: required";
     return std::nullopt;
   }
-  if (path.front() == '/') {
-    *why = "path " + path +
-           ": kiln takes paths relative to the workspace (E2B's home directory) only "
-           "(docs/e2b.md)";
+  std::string rel;
+  if (auto bad = ToWorkspace("path", path, &rel)) {
+    *why = *bad;
     return std::nullopt;
   }
-  return path;
+  if (rel.empty()) {
+    *why = "path " + path + ": the workspace directory, not a file";
+    return std::nullopt;
+  }
+  return rel;
 }
 
 struct Part {
@@ -499,7 +531,7 @@ Reply Front::Files(const Request& req, const std::string& id, const sessions::Ca
     const auto slash = path->rfind('/');
     written.push_back({{"name", slash == std::string::npos ? *path : path->substr(slash + 1)},
                        {"type", "file"},
-                       {"path", *path}});
+                       {"path", E2bPath(*path)}});
   }
   return JsonReply(200, written);
 }
@@ -529,20 +561,12 @@ Reply Front::ConnectFilesystem(const Request& req, const std::string& rpc, const
                                const sessions::Caller& caller) {
   auto body = ObjectBody(req);
   if (!body) return ConnectError(InvalidArgument("the body must be a JSON object"));
-  // A path of a request member, relative to the workspace ("" is the workspace).
+  // A path of a request member as a workspace path ("" is the workspace).
   auto path_of = [&](const char* field, std::string* out) -> std::optional<Reply> {
     if (!body->value(field, nlohmann::json()).is_string())
       return ConnectError(InvalidField(field, std::string(field) + ": required, a string"));
-    std::string path = (*body)[field].get<std::string>();
-    while (path.size() > 1 && path.back() == '/') path.pop_back();
-    if (path == "." || path == "./") path.clear();
-    if (!path.empty() && path.front() == '/') {
-      return ConnectError(InvalidField(
-          field, std::string(field) + " " + path +
-                     ": kiln takes paths relative to the workspace (E2B's home directory) only "
-                     "(docs/e2b.md)"));
-    }
-    *out = std::move(path);
+    if (auto bad = ToWorkspace(field, (*body)[field].get<std::string>(), out))
+      return ConnectError(InvalidField(field, *bad));
     return std::nullopt;
   };
   auto entry = [](const nlohmann::json& f) {
@@ -550,7 +574,7 @@ Reply Front::ConnectFilesystem(const Request& req, const std::string& rpc, const
     const auto slash = p.rfind('/');
     return nlohmann::json{{"name", slash == std::string::npos ? p : p.substr(slash + 1)},
                           {"type", f.value("directory", false) ? 2 : 1},  // FILE_TYPE_DIRECTORY
-                          {"path", p},
+                          {"path", E2bPath(p)},
                           {"size", f.value("size", int64_t{0})}};
   };
   // The entry of `path` once it exists (Move's and MakeDir's answer).
@@ -564,7 +588,7 @@ Reply Front::ConnectFilesystem(const Request& req, const std::string& rpc, const
     return JsonReply(200, {{"entry",
                             {{"name", slash == std::string::npos ? path : path.substr(slash + 1)},
                              {"type", 3},  // FILE_TYPE_SYMLINK
-                             {"path", path}}}});
+                             {"path", E2bPath(path)}}}});
   };
   std::string path;
   if (rpc == "/filesystem.Filesystem/Move") {
@@ -600,7 +624,12 @@ Reply Front::ConnectFilesystem(const Request& req, const std::string& rpc, const
     return ConnectError(MakeError(Code::kNotFound, "no file or directory " + path));
   if (rpc == "/filesystem.Filesystem/Stat") {
     if (found == nullptr)  // the workspace itself
-      return JsonReply(200, {{"entry", {{"name", "."}, {"type", 2}, {"path", "."}, {"size", 0}}}});
+      return JsonReply(200,
+                       {{"entry",
+                         {{"name", std::string(kHome).substr(std::string(kHome).rfind('/') + 1)},
+                          {"type", 2},
+                          {"path", kHome},
+                          {"size", 0}}}});
     return JsonReply(200, {{"entry", entry(*found)}});
   }
   if (found != nullptr && !found->value("directory", false))
@@ -626,7 +655,8 @@ Reply Front::Execute(const Request& req, const std::string& id, const sessions::
   if (!body) return Error(400, "the body must be a JSON object");
   if (!body->contains("code") || !(*body)["code"].is_string())
     return Error(400, "code: required, a string");
-  nlohmann::json extra = nlohmann::json::object();
+  // The session starts in E2B's home directory (the runtime enters it once).
+  nlohmann::json extra = {{"cwd", kHome}};
   std::vector<std::string> resets;
   {
     std::string context = "default";
@@ -740,7 +770,7 @@ Reply Front::Contexts(const Request& req, const std::string& id) {
   const std::string method(req.method_string());
   const std::string path = PathOf(req);
   const nlohmann::json default_context = {
-      {"id", "default"}, {"language", "python"}, {"cwd", kWorkspaceDir}};
+      {"id", "default"}, {"language", "python"}, {"cwd", kHome}};
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sandboxes_.find(id);
   if (it == sandboxes_.end()) return Error(502, "sandbox " + id + " is not running");
@@ -758,14 +788,14 @@ Reply Front::Contexts(const Request& req, const std::string& id) {
       if (!l.is_string() || (l != "python" && l != "python3"))
         return Error(400, "language: kiln runs python only");
     }
-    if (Present(*body, "cwd") && (*body)["cwd"] != kWorkspaceDir) {
-      return Error(400, std::string("cwd: a kiln context runs in the workspace, ") + kWorkspaceDir +
+    if (Present(*body, "cwd") && (*body)["cwd"] != kHome) {
+      return Error(400, std::string("cwd: a kiln context runs in the workspace, ") + kHome +
                             " (docs/e2b.md)");
     }
     if (e.contexts.size() >= kMaxContexts)
       return Error(429, "a sandbox has at most " + std::to_string(kMaxContexts) + " contexts");
     const std::string cid = executions::NewId();
-    nlohmann::json c = {{"id", cid}, {"language", "python"}, {"cwd", kWorkspaceDir}};
+    nlohmann::json c = {{"id", cid}, {"language", "python"}, {"cwd", kHome}};
     e.contexts[cid] = c;
     return JsonReply(200, c);
   }
@@ -825,7 +855,7 @@ std::optional<std::string> CommandOf(const nlohmann::json& config, nlohmann::jso
   }
   nlohmann::json env_json = nlohmann::json::object();
   for (const auto& [k, v] : env) env_json[k] = v;
-  nlohmann::json cwd = nullptr;
+  nlohmann::json cwd = kHome;  // envd's default: the user's home
   if (auto c = config.find("cwd"); c != config.end() && !c->is_null()) {
     if (!c->is_string() || c->get<std::string>().empty() ||
         c->get<std::string>().find('\0') != std::string::npos)
@@ -920,7 +950,7 @@ Reply Front::ProcessStart(const Request& req, const std::string& id, const sessi
     }
   };
   auto outcome = sessions_->Execute(caller, id, audited, std::nullopt, on_event, hangup_fd,
-                                    {{"command", command}});
+                                    {{"command", command}, {"cwd", kHome}});
   {
     std::lock_guard<std::mutex> lock(mu_);
     running_.erase(id);

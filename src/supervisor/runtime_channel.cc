@@ -28,7 +28,7 @@ void RuntimeChannel::SendExecute(const std::string& code, const std::string& fil
        {{"mode", std::string(policy::ToString(import_policy.mode))}, {"modules", modules}}},
       {"limits",
        {{"max_images", display.max_images}, {"max_image_bytes", display.max_image_bytes}}}};
-  for (const char* key : {"context", "reset_contexts", "env", "command"}) {
+  for (const char* key : {"context", "reset_contexts", "env", "command", "cwd"}) {
     if (auto it = extra.find(key); it != extra.end() && !it->is_null()) frame[key] = *it;
   }
   outbox_ += ipc::EncodeMessage(frame);

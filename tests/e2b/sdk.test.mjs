@@ -266,7 +266,7 @@ describe('E2B SDK against kiln serve', () => {
     const sbx = await create();
     const info = await sbx.files.write('notes/hello.txt', 'hi from the SDK');
     assert.equal(info.name, 'hello.txt');
-    assert.equal(info.path, 'notes/hello.txt');
+    assert.equal(info.path, '/home/user/notes/hello.txt');
     const seen = await sbx.runCode("open('notes/hello.txt').read()");
     assert.equal(seen.text, "'hi from the SDK'");
     await sbx.runCode("open('out.bin', 'wb').write(bytes(range(256)))");
@@ -289,13 +289,13 @@ describe('E2B SDK against kiln serve', () => {
       [['notes', 'dir'], ['out.bin', 'file']],
     );
     const deep = await sbx.files.list('.', { depth: 2 });
-    assert.ok(deep.some((e) => e.path === 'notes/hello.txt' && e.type === 'file'));
+    assert.ok(deep.some((e) => e.path === '/home/user/notes/hello.txt' && e.type === 'file'));
     assert.deepEqual((await sbx.files.list('notes')).map((e) => e.name), ['hello.txt']);
     await sbx.files.remove('out.bin');
     assert.equal(await sbx.files.exists('out.bin'), false);
     assert.equal((await sbx.runCode("import os; os.path.exists('out.bin')")).text, 'False');
-    // Absolute paths are not mapped yet (docs/e2b.md): refused with the reason.
-    await assert.rejects(sbx.files.write('/etc/x', 'no'), /relative to the workspace/);
+    // Absolute paths outside /home/user (the workspace) are refused with the reason.
+    await assert.rejects(sbx.files.write('/etc/x', 'no'), /outside \/home\/user, the sandbox's workspace/);
   });
 
   test('files.makeDir, rename and remove: parents made, a directory moved and removed whole', async () => {
@@ -307,7 +307,7 @@ describe('E2B SDK against kiln serve', () => {
     await sbx.files.write('a/b/c/f.txt', 'inside');
     const moved = await sbx.files.rename('a', 'z');
     assert.equal(moved.name, 'z');
-    assert.equal(moved.path, 'z');
+    assert.equal(moved.path, '/home/user/z');
     assert.equal(moved.type, 'dir');
     assert.equal(await sbx.files.exists('a'), false);
     assert.equal((await sbx.runCode("open('z/b/c/f.txt').read()")).text, "'inside'");
@@ -361,6 +361,44 @@ describe('E2B SDK against kiln serve', () => {
     // The workspace itself is neither removed nor moved.
     await assert.rejects(sbx.files.remove('.'), refused(/workspace itself/));
     await assert.rejects(sbx.files.rename('.', 'elsewhere'), refused(/workspace itself/));
+  });
+
+  test("the workspace is E2B's /home/user: absolute paths, the code's and the command's cwd", async () => {
+    const sbx = await create();
+    const info = await sbx.files.write('/home/user/a.txt', 'at home');
+    assert.deepEqual([info.name, info.path], ['a.txt', '/home/user/a.txt']);
+    const code = await sbx.runCode("import os\n(open('/home/user/a.txt').read(), os.getcwd(), open('a.txt').read())");
+    assert.equal(code.text, "('at home', '/home/user', 'at home')");
+    const pwd = await sbx.commands.run('pwd; cat /home/user/a.txt');
+    assert.equal(pwd.stdout, '/home/user\nat home');
+    // Relative and absolute name the same file, for every files call.
+    assert.equal(await sbx.files.read('/home/user/a.txt'), 'at home');
+    assert.equal(await sbx.files.read('a.txt'), 'at home');
+    assert.equal(await sbx.files.exists('/home/user/a.txt'), true);
+    assert.equal(await sbx.files.makeDir('/home/user/d/e'), true);
+    const moved = await sbx.files.rename('/home/user/a.txt', '/home/user/d/e/b.txt');
+    assert.equal(moved.path, '/home/user/d/e/b.txt');
+    assert.deepEqual((await sbx.files.list('/home/user')).map((e) => [e.name, e.path]), [['d', '/home/user/d']]);
+    assert.deepEqual((await sbx.files.list('/home/user/d/e')).map((e) => e.path), ['/home/user/d/e/b.txt']);
+    const home = await sbx.files.getInfo('/home/user');
+    assert.deepEqual([home.name, home.type, home.path], ['user', 'dir', '/home/user']);
+    // What the code writes at /home/user is the workspace's: listed, read.
+    await sbx.runCode("open('/home/user/by-code.csv', 'w').write('a,b\\n1,2\\n')");
+    assert.equal(await sbx.files.read('by-code.csv'), 'a,b\n1,2\n');
+    await sbx.files.remove('/home/user/d');
+    assert.equal((await sbx.runCode("os.path.exists('/home/user/d')")).text, 'False');
+    // A cell's own chdir lasts, as in a notebook; a command still starts at home.
+    await sbx.runCode("os.chdir('/tmp')");
+    assert.equal((await sbx.runCode('os.getcwd()')).text, "'/tmp'");
+    assert.equal((await sbx.commands.run('pwd')).stdout, '/home/user\n');
+    // The contexts say where they run; another cwd is refused with the reason.
+    assert.equal((await sbx.createCodeContext()).cwd, '/home/user');
+    await assert.rejects(sbx.createCodeContext({ cwd: '/tmp' }), /400/);
+    // A name that only starts like /home/user is outside the workspace.
+    const homeDir = '/home/user';
+    await assert.rejects(sbx.files.write(`${homeDir}data/x`, 'no'), /outside \/home\/user/);
+    await assert.rejects(sbx.files.write('/home', 'no'), /outside \/home\/user/);
+    await assert.rejects(sbx.files.read('/home/user/../../etc/passwd'), /'\.\.'/);
   });
 
   test("commands.run('ls; echo err >&2'): exit code and both streams, from the sandbox", async () => {

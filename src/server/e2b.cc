@@ -267,6 +267,9 @@ Reply Error(int status, const std::string& message) {
 Kind Classify(const Request& head) {
   if (head.find("E2b-Sandbox-Id") != head.end()) return Kind::kSandbox;
   const std::string path = PathOf(head);
+  // A signed downloadUrl/uploadUrl fetched as it is (no headers): E2B's, to be
+  // answered why it cannot work (Refusal). kiln itself has no /files route.
+  if (path == "/files" && QueryParam(head, "signature")) return Kind::kSandbox;
   if (path == "/v2/sandboxes" || path.rfind("/v2/sandboxes/", 0) == 0 || path == "/sandboxes" ||
       path.rfind("/sandboxes/", 0) == 0) {
     return Kind::kApi;
@@ -440,6 +443,13 @@ Reply Front::Api(const Request& req, const store::KeyInfo& key, const std::strin
 }
 
 std::optional<Reply> Front::Refusal(const Request& head, Entry* out) {
+  if (head.find("E2b-Sandbox-Id") == head.end()) {
+    return Error(501,
+                 "signed file URLs (downloadUrl, uploadUrl) name their sandbox by hostname "
+                 "(49983-ID.DOMAIN), which needs wildcard DNS and a proxy in front of kiln; with "
+                 "E2B_SANDBOX_URL the URL carries no sandbox id. Use files.read/files.write "
+                 "(docs/e2b.md)");
+  }
   const std::string id = Header(head, "E2b-Sandbox-Id").value_or("");
   std::string token = Header(head, "X-Access-Token").value_or("");
   if (token.empty()) token = Header(head, "E2B-Traffic-Access-Token").value_or("");

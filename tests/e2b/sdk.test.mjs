@@ -160,6 +160,16 @@ describe('E2B SDK against kiln serve', () => {
     await assert.rejects(Sandbox.connect(mine.sandboxId, { apiKey: otherKey }), /not found/);
     assert.equal(await Sandbox.kill(mine.sandboxId, { apiKey: otherKey }), false);
     assert.equal(await Sandbox.kill(theirs.sandboxId), false);
+    // In-sandbox calls take that sandbox's own token: the other's is refused.
+    const res = await fetch(`${server.url}/files?path=x`, {
+      headers: { 'E2b-Sandbox-Id': mine.sandboxId, 'E2b-Sandbox-Port': '49983', 'X-Access-Token': theirs.envdAccessToken },
+    });
+    assert.equal(res.status, 401);
+    // Each has a workspace of its own at /home/user.
+    await mine.files.write('/home/user/same.txt', 'mine');
+    await theirs.files.write('/home/user/same.txt', 'theirs');
+    assert.equal(await mine.files.read('/home/user/same.txt'), 'mine');
+    assert.equal((await theirs.runCode("open('/home/user/same.txt').read()")).text, "'theirs'");
     // Both still run.
     assert.equal((await mine.runCode('1 + 1')).text, '2');
     assert.equal((await theirs.runCode('2 + 2')).text, '4');
@@ -399,6 +409,25 @@ describe('E2B SDK against kiln serve', () => {
     await assert.rejects(sbx.files.write(`${homeDir}data/x`, 'no'), /outside \/home\/user/);
     await assert.rejects(sbx.files.write('/home', 'no'), /outside \/home\/user/);
     await assert.rejects(sbx.files.read('/home/user/../../etc/passwd'), /'\.\.'/);
+  });
+
+  test('what needs wildcard DNS: getHost names a host kiln cannot serve, signed URLs are refused saying why', async () => {
+    const sbx = await create();
+    // getHost is the SDK's own computation (PORT-ID.DOMAIN): no request is made.
+    assert.match(sbx.getHost(8080), new RegExp(`^8080-${sbx.sandboxId}\\.`));
+    await sbx.files.write('/home/user/dl.txt', 'x');
+    // With E2B_SANDBOX_URL the signed URL is kiln's /files with a signature and no sandbox id.
+    const download = await sbx.downloadUrl('/home/user/dl.txt');
+    assert.match(download, /\/files\?.*signature=/);
+    let res = await fetch(download);
+    assert.equal(res.status, 501);
+    let body = await res.json();
+    assert.equal(body.code, 501);
+    assert.match(body.message, /wildcard DNS/);
+    res = await fetch(await sbx.uploadUrl('/home/user/up.txt'), { method: 'POST', body: new FormData() });
+    assert.equal(res.status, 501);
+    assert.match((await res.json()).message, /downloadUrl, uploadUrl/);
+    assert.equal(await sbx.files.exists('/home/user/up.txt'), false);
   });
 
   test("commands.run('ls; echo err >&2'): exit code and both streams, from the sandbox", async () => {

@@ -13,7 +13,7 @@ hello has gone out.
 import posix
 import sys
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 # What the runtime accepts from the supervisor (docs/protocol.md).
 MAX_INBOUND_BYTES = 256 << 20

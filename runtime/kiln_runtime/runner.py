@@ -316,6 +316,15 @@ def parse_execute(msg):
         if type(value) is not int or value < 0:
             raise ValueError("execute.limits.%s is not a non-negative integer" % key)
         caps.append(value)
+    context = msg.get("context", "default")
+    if type(context) is not str or not context:
+        raise ValueError("execute.context is not a non-empty string")
+    resets = msg.get("reset_contexts", [])
+    if type(resets) is not list or any(type(c) is not str for c in resets):
+        raise ValueError("execute.reset_contexts is not a list of strings")
+    cwd = msg.get("cwd")
+    if cwd is not None and (type(cwd) is not str or not cwd.startswith("/") or "\0" in cwd):
+        raise ValueError("execute.cwd is not an absolute path")
     return {
         "cell": cell,
         "code": code,
@@ -323,7 +332,41 @@ def parse_execute(msg):
         "policy": policy.Policy.from_request(msg.get("import_policy")),
         "max_images": caps[0],
         "max_image_bytes": caps[1],
+        "context": context,
+        "reset_contexts": resets,
+        "env": _string_map(msg, "env", "execute.env"),
+        "command": _parse_command(msg.get("command")),
+        "cwd": cwd,
     }
+
+
+def _string_map(obj, key, what):
+    value = obj.get(key)
+    if value is None:
+        return {}
+    if type(value) is not dict or any(type(k) is not str or type(v) is not str
+                                      for k, v in value.items()):
+        raise ValueError("%s is not an object of strings" % what)
+    for k, v in value.items():
+        if not k or "=" in k or "\0" in k or "\0" in v:
+            raise ValueError("%s has a bad variable %r" % (what, k[:64]))
+    return value
+
+
+def _parse_command(command):
+    """execute.command: {argv: [str, ...], cwd: str or null, env: {str: str}} or None."""
+    if command is None:
+        return None
+    if type(command) is not dict:
+        raise ValueError("execute.command is not an object")
+    argv = command.get("argv")
+    if (type(argv) is not list or not argv or
+            any(type(a) is not str or "\0" in a for a in argv)):
+        raise ValueError("execute.command.argv is not a non-empty list of strings")
+    cwd = command.get("cwd")
+    if cwd is not None and (type(cwd) is not str or not cwd or "\0" in cwd):
+        raise ValueError("execute.command.cwd is not a non-empty string")
+    return {"argv": argv, "cwd": cwd, "env": _string_map(command, "env", "execute.command.env")}
 
 
 class Session:
@@ -338,6 +381,7 @@ class Session:
         self.workspace = workspace
         self.preload = [name for name in preload if name]
         self.started = False
+        self.moved_to_cwd = False  # execute.cwd was applied (once)
         self.execution_count = 0
         self.exit_code = 0
         self.flags = 0  # __future__ flags the cells have switched on
@@ -352,8 +396,15 @@ class Session:
         main = type(sys)("__main__")
         main.__builtins__ = builtins
         sys.modules["__main__"] = main
-        self.ns = main.__dict__
+        self.ns = self.main_ns = main.__dict__
         sys.argv = [""]
+        # Code contexts (docs/protocol.md, "execute"): "default" is __main__;
+        # each other one is a namespace of its own with its own execution
+        # count, made on the first cell that names it.  The context not
+        # running now: id -> [namespace, execution_count, its fresh contents].
+        self.context = "default"
+        self.contexts = {}
+        self.fresh = dict(self.ns)  # what a reset leaves in a namespace
 
     # -- frames ----------------------------------------------------------------------
 
@@ -428,11 +479,122 @@ class Session:
 
     # -- one cell ------------------------------------------------------------------------
 
-    def execute(self, req):
-        from kiln_runtime import display
+    # -- contexts, the cell's environment ------------------------------------------
 
+    def _reset_contexts(self, names):
+        """Empties each named context (E2B's restart/remove): cleared in place, so
+        that the policy hook still knows __main__'s namespace."""
+        for name in names:
+            if name == self.context:
+                self.ns.clear()
+                self.ns.update(self.fresh)
+                self.execution_count = 0
+            else:
+                self.contexts.pop(name, None)
+
+    def _use_context(self, name):
+        if name == self.context:
+            return
+        self.contexts[self.context] = (self.ns, self.execution_count)
+        if name in self.contexts:
+            self.ns, self.execution_count = self.contexts.pop(name)
+        else:
+            import builtins
+
+            self.ns = {"__name__": "__main__", "__doc__": None, "__builtins__": builtins}
+            self.execution_count = 0
+        self.context = name
+
+    def _set_env(self, env):
+        """Sets the cell's variables in os.environ; returns what restores them."""
+        if not env:
+            return None
+        os_module = kiln_runtime.runtime_import("os")
+        saved = [(k, os_module.environ.get(k)) for k in env]
+        os_module.environ.update(env)
+        return os_module, saved
+
+    def _restore_env(self, token):
+        if token is None:
+            return
+        os_module, saved = token
+        for k, v in saved:
+            if v is None:
+                os_module.environ.pop(k, None)
+            else:
+                os_module.environ[k] = v
+
+    def execute(self, req):
         if not self.started:
             self._start()
+        self._reset_contexts(req["reset_contexts"])
+        if req["cwd"] is not None and not self.moved_to_cwd:
+            # The session's starting directory (E2B's home): entered once, so
+            # that a cell's own os.chdir() lasts, as in a notebook.
+            self.moved_to_cwd = True
+            try:
+                posix.chdir(req["cwd"])
+            except OSError as exc:
+                self.send({"type": "error", "cell": req["cell"], "ename": type(exc).__name__,
+                           "evalue": str(exc), "traceback": []})
+                self.send({"type": "execute_reply", "cell": req["cell"], "status": "error",
+                           "execution_count": None, "exit_code": 1, "dropped": 0})
+                return
+        if req["command"] is not None:
+            status, code = self._run_command(req)
+            if posix.getpid() != self.pid:
+                posix._exit(code)
+            self.send({"type": "execute_reply", "cell": req["cell"], "status": status,
+                       "execution_count": None, "exit_code": code, "dropped": 0})
+            return
+        self._use_context(req["context"])
+        env = self._set_env(req["env"])
+        try:
+            self._execute_cell(req)
+        finally:
+            self._restore_env(env)
+
+    def _run_command(self, req):
+        """Runs execute.command (E2B's commands.run: /bin/bash -l -c CMD) as a child of
+        this process, so in the sandbox: its output goes to fds 1 and 2, its stdin
+        is /dev/null.  ("command", its exit code: 128 + N when signal N ended it),
+        or ("error", 1) with an error frame when it could not start or the cell
+        was interrupted (then the command's process group is killed)."""
+        command = req["command"]
+        subprocess = kiln_runtime.runtime_import("subprocess")
+        os_module = kiln_runtime.runtime_import("os")
+        env = dict(os_module.environ)
+        env.update(req["env"])
+        env.update(command["env"])
+        _flush_stdio()
+        try:
+            proc = subprocess.Popen(command["argv"], cwd=command["cwd"] or self.workspace, env=env,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            self.send({"type": "error", "cell": req["cell"], "ename": type(exc).__name__,
+                       "evalue": str(exc), "traceback": []})
+            return "error", 1
+        self.send({"type": "command_started", "cell": req["cell"], "pid": proc.pid})
+        try:
+            protocol.arm_interrupt(True)
+            try:
+                returncode = proc.wait()
+            finally:
+                protocol.arm_interrupt(False)
+        except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt: the cell is stopped
+            try:
+                os_module.killpg(proc.pid, 9)
+            except OSError:
+                pass
+            proc.wait()
+            self.send({"type": "error", "cell": req["cell"], "ename": type(exc).__name__,
+                       "evalue": str(exc), "traceback": []})
+            return "error", 1
+        return "command", returncode if returncode >= 0 else 128 - returncode
+
+    def _execute_cell(self, req):
+        from kiln_runtime import display
+
         self.execution_count += 1
         number = self.execution_count
         sink = display.begin_cell(self.send, req["cell"], req["max_images"],
@@ -512,7 +674,7 @@ class Session:
             self._register(last_code, lines)
         self._prepare_namespace(filename)
         if self._policy_setter is None and not pol.is_open:
-            self._policy_setter = policy.install_hook(self.ns, self.workspace)
+            self._policy_setter = policy.install_hook(self.main_ns, self.workspace)
         if self._policy_setter is not None:
             self._policy_setter(pol)
 

@@ -94,8 +94,10 @@ class Runtime:
         assert frame["type"] == "hello", frame
         return frame
 
-    def execute(self, code, policy=None, limits=None, filename="<cell>", cell=None):
-        """All frames of one cell, up to and including execute_reply."""
+    def execute(self, code, policy=None, limits=None, filename="<cell>", cell=None, **extra):
+        """All frames of one cell, up to and including execute_reply.
+
+        ``extra``: more members of the execute frame (context, env, command, ...)."""
         if cell is None:
             cell = self.next_cell
         self.next_cell = cell + 1
@@ -103,6 +105,7 @@ class Runtime:
                "import_policy": policy or {"mode": "open", "modules": []},
                "limits": {"max_images": 16, "max_image_bytes": 8 << 20} if limits is None
                else limits}
+        msg.update(extra)
         self.send(msg)
         frames = []
         while True:

@@ -25,7 +25,7 @@ class HelloTest(unittest.TestCase):
         self.addCleanup(rt.kill)
         frame = rt.recv()
         self.assertEqual(frame["type"], "hello")
-        self.assertEqual(frame["protocol"], 1)
+        self.assertEqual(frame["protocol"], 2)
         self.assertRegex(frame["python"], r"^3\.\d+\.\d+$")
         self.assertEqual(frame["pid"], rt.proc.pid)
         self.assertEqual(rt.close_channel(), 0)

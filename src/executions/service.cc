@@ -58,7 +58,8 @@ Result<spawner::ExecResponse> SpawnerRunner::Run(const std::string& id,
 Result<spawner::ExecResponse> CellRunner::Run(const std::string& /*id*/,
                                               const spawner::CancelToken& cancel,
                                               const spawner::EventFn& on_event) {
-  return channel_->Execute(code_, timeout_s_, on_event, hangup_fd_, &cancel);
+  return channel_->Execute(code_, timeout_s_, on_event, hangup_fd_, &cancel,
+                           extra_ != nullptr ? *extra_ : nlohmann::json::object());
 }
 
 namespace {

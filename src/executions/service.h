@@ -180,8 +180,12 @@ class CellRunner final : public Runner {
  public:
   // All outlive the runner.
   CellRunner(spawner::SessionChannel* channel, const std::string& code, double timeout_s,
-             int hangup_fd)
-      : channel_(channel), code_(code), timeout_s_(timeout_s), hangup_fd_(hangup_fd) {}
+             int hangup_fd, const nlohmann::json* extra = nullptr)
+      : channel_(channel),
+        code_(code),
+        timeout_s_(timeout_s),
+        hangup_fd_(hangup_fd),
+        extra_(extra) {}
   Result<spawner::ExecResponse> Run(const std::string& id, const spawner::CancelToken& cancel,
                                     const spawner::EventFn& on_event) override;
 
@@ -190,6 +194,7 @@ class CellRunner final : public Runner {
   const std::string& code_;
   double timeout_s_;
   int hangup_fd_;
+  const nlohmann::json* extra_;  // the cell's context, env or command (SessionChannel::Execute)
 };
 
 // 32 hex digits from a CSPRNG: execution and session ids.

@@ -18,7 +18,7 @@
 
 namespace kiln::ipc {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;
 // The largest frame the supervisor accepts from a sandbox.
 inline constexpr size_t kMaxFrameBytes = 32u << 20;
 

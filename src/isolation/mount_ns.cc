@@ -273,6 +273,7 @@ Status AddPrivateMounts(Builder& b, MountPlan& plan, const MountLayout& layout) 
                    SetupStep::kMountTmpfs, layout.private_tmpfs_fds[1]));
   KILN_TRY(b.Tmpfs(kWorkspacePath, MS_NOSUID | MS_NODEV | MS_NOEXEC, layout.workspace_bytes, 0755,
                    SetupStep::kMountTmpfs, layout.private_tmpfs_fds[2]));
+  b.Op(MountOpKind::kRebind, SetupStep::kMountTmpfs, b.T(kWorkspacePath), kE2bHomePath, MS_NOEXEC);
 
   // The pre-built matplotlib font cache (a missing one costs 0.4-0.6 s per
   // start), then the caller's files.
@@ -383,6 +384,11 @@ Result<MountPlan> BuildMountPlan(const MountLayout& layout) {
     }
   }
   for (const auto& p : layout.extra_ro_paths) {
+    const std::string home = kE2bHomePath;
+    if (p == kE2bHomeParent || p == home || p.rfind(home + "/", 0) == 0) {
+      return InvalidArgument("extra mount '" + p + "' would cover " + home +
+                             ", where the sandbox shows its workspace (docs/e2b.md)");
+    }
     std::error_code ec;
     if (!fs::is_directory(p, ec))
       return InvalidArgument("extra mount '" + p + "' is not a directory");
@@ -416,6 +422,8 @@ Result<MountPlan> BuildMountPlan(const MountLayout& layout) {
   b.Mkdir("/proc", SetupStep::kMountProc);
   b.Mkdir("/tmp", SetupStep::kMountTmpfs);
   b.Mkdir(kWorkspacePath, SetupStep::kMountTmpfs);
+  b.Mkdir(kE2bHomeParent, SetupStep::kMountTmpfs);
+  b.Mkdir(kE2bHomePath, SetupStep::kMountTmpfs);
   KILN_TRY(AddPrivateMounts(b, plan, layout));
   return plan;
 }
@@ -515,6 +523,10 @@ int ApplyOne(const MountOp& op) {
       return ::mount(nullptr, op.target, nullptr,
                      MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | op.flags, nullptr);
     }
+    case MountOpKind::kRebind:
+      if (::mount(op.source, op.target, nullptr, MS_BIND, nullptr) != 0) return -1;
+      return ::mount(nullptr, op.target, nullptr,
+                     MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | op.flags, nullptr);
     case MountOpKind::kMaskDir: {
       struct stat st {};
       if (::lstat(op.target, &st) != 0 || !S_ISDIR(st.st_mode)) return 0;

@@ -53,6 +53,8 @@ enum class MountOpKind : uint8_t {
   kOpenTree,    // open_tree(source, OPEN_TREE_CLONE) into slot `fd`, before anything
                 // else and with the caller's host identity (PrepareMountSourcesInChild)
   kAttachTree,  // move_mount the tree in slot `fd` onto target, then ro|nosuid|nodev
+  kRebind,      // bind the mount at source (a path of the plan, made by an earlier op) on
+                // target too: the same filesystem, writable, nosuid|nodev (+ flags)
 };
 
 struct MountOp {
@@ -171,6 +173,12 @@ int RemountRootReadOnlyInChild();
 
 // Paths inside the sandbox.
 inline constexpr const char* kWorkspacePath = "/workspace";
+// The workspace again, at E2B's home directory (docs/e2b.md): E2B's users and
+// its SDK's file paths name it, and E2B sandboxes run their cells and commands
+// there. A second mount of the same tmpfs, so os.getcwd() says it too.
+// (ci/check-rules allows this one /home path: it is E2B's, not a machine's.)
+inline constexpr const char* kE2bHomeParent = "/home";
+inline constexpr const char* kE2bHomePath = "/home/user";
 inline constexpr const char* kTmpPath = "/tmp";
 // An empty read-only directory, bound over the masked /proc directories.
 inline constexpr const char* kEmptyDirPath = "/var/empty";

@@ -237,6 +237,37 @@ TEST_F(MountPlanCopyTest, APooledChildAttachesTheTmpfsThePoolMadeForIt) {
   EXPECT_EQ(tmp->fd, 41);
   EXPECT_EQ(ws->fd, 42);
   EXPECT_EQ(ws->data, nullptr);
+  // The pooled child's workspace is at E2B's home directory too, after it is mounted.
+  const MountOp* home = Find(*plan, MountOpKind::kRebind, kE2bHomePath);
+  ASSERT_NE(home, nullptr);
+  EXPECT_STREQ(home->source, kWorkspacePath);
+  EXPECT_GT(home, ws);
+}
+
+// E2B's home directory is a second mount of the workspace (docs/e2b.md): its
+// mount point is made in the root, the bind comes after the workspace's
+// tmpfs, never executable; an extra mount may not cover it.
+TEST_F(MountPlanCopyTest, TheWorkspaceIsBoundAgainAtE2bsHomeDirectory) {
+  MountLayout layout;
+  layout.workspace_bytes = layout.tmp_bytes = layout.shm_bytes = 1 << 20;
+  auto plan = BuildMountPlan(layout);
+  ASSERT_TRUE(plan.ok()) << plan.error().ToString();
+  EXPECT_NE(Find(*plan, MountOpKind::kMkdir, Target(kE2bHomePath)), nullptr);
+  const MountOp* ws = Find(*plan, MountOpKind::kTmpfs, Target(kWorkspacePath));
+  const MountOp* home = Find(*plan, MountOpKind::kRebind, Target(kE2bHomePath));
+  ASSERT_TRUE(ws != nullptr && home != nullptr);
+  EXPECT_EQ(home->source, Target(kWorkspacePath));
+  EXPECT_GT(home, ws);
+  EXPECT_EQ(home->flags & MS_NOEXEC, static_cast<unsigned long>(MS_NOEXEC));
+  for (const std::string& covering :
+       {std::string("/home"), std::string(kE2bHomePath), std::string(kE2bHomePath) + "/data"}) {
+    layout.extra_ro_paths = {covering};
+    auto refused = BuildMountPlan(layout);
+    ASSERT_FALSE(refused.ok()) << covering;
+    EXPECT_NE(refused.error().message.find("where the sandbox shows its workspace"),
+              std::string::npos)
+        << refused.error().ToString();
+  }
 }
 
 }  // namespace

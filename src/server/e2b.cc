@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/base64.h"
 #include "base/log.h"
 #include "executions/service.h"
+#include "isolation/mount_ns.h"
+#include "server/connect.h"
 #include "server/request.h"
 #include "store/api_key.h"
 #include "store/time_format.h"
@@ -22,6 +25,10 @@ constexpr const char* kEnvdVersion = "0.4.0";
 // The ports the SDK names in E2b-Sandbox-Port.
 constexpr const char* kEnvdPort = "49983";
 constexpr const char* kInterpreterPort = "49999";
+// E2B's home directory, where every kiln sandbox shows its workspace a second
+// time (isolation::kE2bHomePath): an E2B sandbox's cells and commands run
+// there, and the SDK's file paths are absolute beneath it or relative to it.
+constexpr const char* kHome = isolation::kE2bHomePath;
 // The templates of E2B's own SDKs: the server's default profile.
 constexpr const char* kDefaultTemplates[] = {"code-interpreter-v1", "base"};
 
@@ -165,21 +172,50 @@ std::optional<std::string> QueryParam(const Request& req, std::string_view name)
   return std::nullopt;
 }
 
-// An E2B file path as a workspace path. E2B resolves relative paths against
-// the user's home directory, kiln against the workspace (the cells' working
-// directory); absolute paths name nothing kiln can map yet (docs/e2b.md).
+// An E2B path (`field`'s) as a path of the workspace, "" for the workspace
+// itself: absolute beneath /home/user, or relative to it (as envd resolves
+// them against the user's home). Anything else is outside what kiln serves:
+// an error text. The workspace path is then checked by the session's file API
+// (no "..", no symlink followed).
+std::optional<std::string> ToWorkspace(const std::string& field, std::string path,
+                                       std::string* out) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const std::string home = kHome;
+  if (path == home) {
+    path.clear();
+  } else if (path.rfind(home + "/", 0) == 0) {
+    path.erase(0, home.size() + 1);
+  } else if (!path.empty() && path.front() == '/') {
+    return field + " " + path + ": outside " + home +
+           ", the sandbox's workspace; kiln serves files there only (docs/e2b.md)";
+  }
+  while (path.rfind("./", 0) == 0) path.erase(0, 2);
+  if (path == ".") path.clear();
+  *out = std::move(path);
+  return std::nullopt;
+}
+
+// A workspace path as E2B answers it: absolute, beneath /home/user.
+std::string E2bPath(const std::string& workspace_path) {
+  return workspace_path.empty() ? std::string(kHome) : std::string(kHome) + "/" + workspace_path;
+}
+
+// A file's path for files.read/write (the workspace itself is not a file).
 std::optional<std::string> WorkspacePath(const std::string& path, std::string* why) {
   if (path.empty()) {
     *why = "path: required";
     return std::nullopt;
   }
-  if (path.front() == '/') {
-    *why = "path " + path +
-           ": kiln takes paths relative to the workspace (E2B's home directory) only "
-           "(docs/e2b.md)";
+  std::string rel;
+  if (auto bad = ToWorkspace("path", path, &rel)) {
+    *why = *bad;
     return std::nullopt;
   }
-  return path;
+  if (rel.empty()) {
+    *why = "path " + path + ": the workspace directory, not a file";
+    return std::nullopt;
+  }
+  return rel;
 }
 
 struct Part {
@@ -231,6 +267,9 @@ Reply Error(int status, const std::string& message) {
 Kind Classify(const Request& head) {
   if (head.find("E2b-Sandbox-Id") != head.end()) return Kind::kSandbox;
   const std::string path = PathOf(head);
+  // A signed downloadUrl/uploadUrl fetched as it is (no headers): E2B's, to be
+  // answered why it cannot work (Refusal). kiln itself has no /files route.
+  if (path == "/files" && QueryParam(head, "signature")) return Kind::kSandbox;
   if (path == "/v2/sandboxes" || path.rfind("/v2/sandboxes/", 0) == 0 || path == "/sandboxes" ||
       path.rfind("/sandboxes/", 0) == 0) {
     return Kind::kApi;
@@ -332,7 +371,7 @@ Reply Front::Api(const Request& req, const store::KeyInfo& key, const std::strin
         return FromError(st.error());
       }
     }
-    Entry e{key.tenant, key.id, template_id, executions::NewId(), metadata, store::NowMs()};
+    Entry e{key.tenant, key.id, template_id, executions::NewId(), metadata, store::NowMs(), {}, {}};
     {
       std::lock_guard<std::mutex> lock(mu_);
       // Sandboxes whose session must have ended (past the longest lifetime).
@@ -404,6 +443,13 @@ Reply Front::Api(const Request& req, const store::KeyInfo& key, const std::strin
 }
 
 std::optional<Reply> Front::Refusal(const Request& head, Entry* out) {
+  if (head.find("E2b-Sandbox-Id") == head.end()) {
+    return Error(501,
+                 "signed file URLs (downloadUrl, uploadUrl) name their sandbox by hostname "
+                 "(49983-ID.DOMAIN), which needs wildcard DNS and a proxy in front of kiln; with "
+                 "E2B_SANDBOX_URL the URL carries no sandbox id. Use files.read/files.write "
+                 "(docs/e2b.md)");
+  }
   const std::string id = Header(head, "E2b-Sandbox-Id").value_or("");
   std::string token = Header(head, "X-Access-Token").value_or("");
   if (token.empty()) token = Header(head, "E2B-Traffic-Access-Token").value_or("");
@@ -442,15 +488,20 @@ Reply Front::Sandbox(const Request& req, const std::string& peer, mcp::SseWriter
   if (port == kInterpreterPort && method == "POST" && path == "/execute") {
     return Execute(req, id, caller, stream, hangup_fd);
   }
-  if (port == kInterpreterPort && path.rfind("/contexts", 0) == 0) {
-    return Error(501,
-                 "code contexts are not supported by kiln yet: a sandbox has one "
-                 "interpreter state, its default context (docs/e2b.md)");
-  }
+  if (port == kInterpreterPort && path.rfind("/contexts", 0) == 0) return Contexts(req, id);
   if (port == kEnvdPort && method == "POST" &&
       (path == "/filesystem.Filesystem/Stat" || path == "/filesystem.Filesystem/ListDir" ||
-       path == "/filesystem.Filesystem/Remove")) {
+       path == "/filesystem.Filesystem/Remove" || path == "/filesystem.Filesystem/MakeDir" ||
+       path == "/filesystem.Filesystem/Move")) {
     return ConnectFilesystem(req, path, id, caller);
+  }
+  if (port == kEnvdPort && method == "POST" && path == "/process.Process/Start") {
+    return ProcessStart(req, id, caller, stream, hangup_fd);
+  }
+  if (port == kEnvdPort && method == "POST" &&
+      (path == "/process.Process/List" || path == "/process.Process/SendSignal" ||
+       path == "/process.Process/SendInput")) {
+    return ProcessUnary(req, path, id, caller);
   }
   if (port == kEnvdPort &&
       (path.rfind("/filesystem.", 0) == 0 || path.rfind("/process.", 0) == 0)) {
@@ -490,7 +541,7 @@ Reply Front::Files(const Request& req, const std::string& id, const sessions::Ca
     const auto slash = path->rfind('/');
     written.push_back({{"name", slash == std::string::npos ? *path : path->substr(slash + 1)},
                        {"type", "file"},
-                       {"path", *path}});
+                       {"path", E2bPath(*path)}});
   }
   return JsonReply(200, written);
 }
@@ -503,7 +554,9 @@ Reply ConnectError(const kiln::Error& e) {
       {Code::kGone, {404, "not_found"}},
       {Code::kAborted, {409, "aborted"}},
       {Code::kResourceExhausted, {429, "resource_exhausted"}},
-      {Code::kUnavailable, {503, "unavailable"}}};
+      {Code::kUnavailable, {503, "unavailable"}},
+      {Code::kAlreadyExists, {409, "already_exists"}},
+      {Code::kFailedPrecondition, {400, "failed_precondition"}}};
   std::pair<int, const char*> status{500, "internal"};
   for (const auto& [code, s] : kCodes) {
     if (e.code == code) status = s;
@@ -517,32 +570,62 @@ Reply ConnectError(const kiln::Error& e) {
 Reply Front::ConnectFilesystem(const Request& req, const std::string& rpc, const std::string& id,
                                const sessions::Caller& caller) {
   auto body = ObjectBody(req);
-  if (!body || !body->value("path", nlohmann::json()).is_string())
-    return ConnectError(InvalidField("path", "path: required, a string"));
-  std::string path = (*body)["path"].get<std::string>();
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  if (path == "." || path == "./") path.clear();
-  if (!path.empty() && path.front() == '/') {
-    return ConnectError(InvalidField(
-        "path", "path " + path +
-                    ": kiln takes paths relative to the workspace (E2B's home directory) only "
-                    "(docs/e2b.md)"));
-  }
-  if (rpc == "/filesystem.Filesystem/Remove") {
-    // A file, an empty directory or a symlink (the session's DeleteFile).
-    Status st = sessions_->DeleteFile(caller, id, path);
-    return st.ok() ? JsonReply(200, nlohmann::json::object()) : ConnectError(st.error());
-  }
-  auto files = sessions_->ListFiles(caller, id);
-  if (!files.ok()) return ConnectError(files.error());
+  if (!body) return ConnectError(InvalidArgument("the body must be a JSON object"));
+  // A path of a request member as a workspace path ("" is the workspace).
+  auto path_of = [&](const char* field, std::string* out) -> std::optional<Reply> {
+    if (!body->value(field, nlohmann::json()).is_string())
+      return ConnectError(InvalidField(field, std::string(field) + ": required, a string"));
+    if (auto bad = ToWorkspace(field, (*body)[field].get<std::string>(), out))
+      return ConnectError(InvalidField(field, *bad));
+    return std::nullopt;
+  };
   auto entry = [](const nlohmann::json& f) {
     const std::string p = f.value("path", "");
     const auto slash = p.rfind('/');
     return nlohmann::json{{"name", slash == std::string::npos ? p : p.substr(slash + 1)},
                           {"type", f.value("directory", false) ? 2 : 1},  // FILE_TYPE_DIRECTORY
-                          {"path", p},
+                          {"path", E2bPath(p)},
                           {"size", f.value("size", int64_t{0})}};
   };
+  // The entry of `path` once it exists (Move's and MakeDir's answer).
+  auto entry_of = [&](const std::string& path) -> Reply {
+    auto files = sessions_->ListFiles(caller, id);
+    if (!files.ok()) return ConnectError(files.error());
+    for (const auto& f : *files) {
+      if (f.value("path", "") == path) return JsonReply(200, {{"entry", entry(f)}});
+    }
+    const auto slash = path.rfind('/');  // a symlink: the listing skips it
+    return JsonReply(200, {{"entry",
+                            {{"name", slash == std::string::npos ? path : path.substr(slash + 1)},
+                             {"type", 3},  // FILE_TYPE_SYMLINK
+                             {"path", E2bPath(path)}}}});
+  };
+  std::string path;
+  if (rpc == "/filesystem.Filesystem/Move") {
+    std::string to;
+    if (auto bad = path_of("source", &path)) return *bad;
+    if (auto bad = path_of("destination", &to)) return *bad;
+    if (path.empty() || to.empty())
+      return ConnectError(InvalidArgument("the workspace itself cannot be moved or replaced"));
+    Status st = sessions_->MoveFile(caller, id, path, to);
+    return st.ok() ? entry_of(to) : ConnectError(st.error());
+  }
+  if (auto bad = path_of("path", &path)) return *bad;
+  if (rpc == "/filesystem.Filesystem/MakeDir") {
+    if (path.empty()) return ConnectError(MakeError(Code::kAlreadyExists, "the workspace exists"));
+    Status st = sessions_->MakeDir(caller, id, path);
+    return st.ok() ? entry_of(path) : ConnectError(st.error());
+  }
+  if (rpc == "/filesystem.Filesystem/Remove") {
+    // A file, a symlink, or a directory with all it holds (files.remove).
+    if (path.empty())
+      return ConnectError(InvalidArgument("the workspace itself cannot be removed"));
+    Status st = sessions_->DeleteFile(caller, id, path, /*recursive=*/true);
+    return st.ok() ? JsonReply(200, nlohmann::json::object()) : ConnectError(st.error());
+  }
+  auto files = sessions_->ListFiles(caller, id);
+  if (!files.ok()) return ConnectError(files.error());
+
   const nlohmann::json* found = nullptr;
   for (const auto& f : *files) {
     if (f.value("path", "") == path) found = &f;
@@ -551,7 +634,12 @@ Reply Front::ConnectFilesystem(const Request& req, const std::string& rpc, const
     return ConnectError(MakeError(Code::kNotFound, "no file or directory " + path));
   if (rpc == "/filesystem.Filesystem/Stat") {
     if (found == nullptr)  // the workspace itself
-      return JsonReply(200, {{"entry", {{"name", "."}, {"type", 2}, {"path", "."}, {"size", 0}}}});
+      return JsonReply(200,
+                       {{"entry",
+                         {{"name", std::string(kHome).substr(std::string(kHome).rfind('/') + 1)},
+                          {"type", 2},
+                          {"path", kHome},
+                          {"size", 0}}}});
     return JsonReply(200, {{"entry", entry(*found)}});
   }
   if (found != nullptr && !found->value("directory", false))
@@ -577,18 +665,38 @@ Reply Front::Execute(const Request& req, const std::string& id, const sessions::
   if (!body) return Error(400, "the body must be a JSON object");
   if (!body->contains("code") || !(*body)["code"].is_string())
     return Error(400, "code: required, a string");
-  if (Present(*body, "context_id") && (*body)["context_id"] != "default") {
-    return Error(404, "context " + (*body)["context_id"].dump() +
-                          ": code contexts are not supported by kiln yet (docs/e2b.md)");
+  // The session starts in E2B's home directory (the runtime enters it once).
+  nlohmann::json extra = {{"cwd", kHome}};
+  std::vector<std::string> resets;
+  {
+    std::string context = "default";
+    if (Present(*body, "context_id")) {
+      if (!(*body)["context_id"].is_string()) return Error(400, "context_id: must be a string");
+      context = (*body)["context_id"].get<std::string>();
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sandboxes_.find(id);
+    if (it == sandboxes_.end()) return Error(502, "sandbox " + id + " is not running");
+    if (context != "default" && it->second.contexts.count(context) == 0)
+      return Error(404, "context " + context + " not found");
+    resets = it->second.resets;
+    extra["context"] = context;
+    if (!resets.empty()) extra["reset_contexts"] = resets;
   }
   if (Present(*body, "language")) {
     const auto& l = (*body)["language"];
     if (!l.is_string() || (l != "python" && l != "python3"))
       return Error(400, "language: kiln runs python only");
   }
-  if (Present(*body, "env_vars") &&
-      !((*body)["env_vars"].is_object() && (*body)["env_vars"].empty())) {
-    return Error(400, "env_vars: not supported by kiln yet (docs/e2b.md)");
+  if (Present(*body, "env_vars")) {
+    // The cell's environment (runCode's envs): set for the cell, then restored;
+    // checked as the session's (kiln's own names refused, naming the variable).
+    std::vector<std::pair<std::string, std::string>> env;
+    if (auto bad = server::ParseEnv((*body)["env_vars"], "env_vars", &env))
+      return Error(400, bad->field + ": " + bad->message);
+    nlohmann::json env_json = nlohmann::json::object();
+    for (const auto& [k, v] : env) env_json[k] = v;
+    if (!env.empty()) extra["env"] = env_json;
   }
   const std::string code = (*body)["code"].get<std::string>();
 
@@ -616,7 +724,16 @@ Reply Front::Execute(const Request& req, const std::string& id, const sessions::
       error_sent = true;
     }
   };
-  auto outcome = sessions_->Execute(caller, id, code, std::nullopt, on_event, hangup_fd);
+  auto outcome = sessions_->Execute(caller, id, code, std::nullopt, on_event, hangup_fd, extra);
+  if (outcome.ok() && !outcome->rejection && !resets.empty()) {
+    // The runtime emptied them before the cell: no longer pending.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = sandboxes_.find(id); it != sandboxes_.end()) {
+      auto& pending = it->second.resets;
+      for (const auto& r : resets)
+        pending.erase(std::remove(pending.begin(), pending.end(), r), pending.end());
+    }
+  }
   if (!outcome.ok()) {
     if (!out.started()) {
       const kiln::Error& e = outcome.error();
@@ -653,6 +770,277 @@ Reply Front::Execute(const Request& req, const std::string& id, const sessions::
   Reply reply;
   reply.streamed = true;
   return reply;
+}
+
+// The code interpreter's contexts (createCodeContext, listCodeContexts,
+// restartCodeContext, removeCodeContext): interpreter states in the
+// sandbox's one interpreter, each a namespace of its own (docs/e2b.md).
+Reply Front::Contexts(const Request& req, const std::string& id) {
+  constexpr size_t kMaxContexts = 64;
+  const std::string method(req.method_string());
+  const std::string path = PathOf(req);
+  const nlohmann::json default_context = {
+      {"id", "default"}, {"language", "python"}, {"cwd", kHome}};
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end()) return Error(502, "sandbox " + id + " is not running");
+  Entry& e = it->second;
+  if (path == "/contexts" && method == "GET") {
+    nlohmann::json all = nlohmann::json::array({default_context});
+    for (const auto& [name, c] : e.contexts) all.push_back(c);
+    return JsonReply(200, all);
+  }
+  if (path == "/contexts" && method == "POST") {
+    auto body = ObjectBody(req);
+    if (!body) return Error(400, "the body must be a JSON object");
+    if (Present(*body, "language")) {
+      const auto& l = (*body)["language"];
+      if (!l.is_string() || (l != "python" && l != "python3"))
+        return Error(400, "language: kiln runs python only");
+    }
+    if (Present(*body, "cwd") && (*body)["cwd"] != kHome) {
+      return Error(400, std::string("cwd: a kiln context runs in the workspace, ") + kHome +
+                            " (docs/e2b.md)");
+    }
+    if (e.contexts.size() >= kMaxContexts)
+      return Error(429, "a sandbox has at most " + std::to_string(kMaxContexts) + " contexts");
+    const std::string cid = executions::NewId();
+    nlohmann::json c = {{"id", cid}, {"language", "python"}, {"cwd", kHome}};
+    e.contexts[cid] = c;
+    return JsonReply(200, c);
+  }
+  // /contexts/{id} (DELETE) and /contexts/{id}/restart (POST).
+  constexpr std::string_view kPrefix = "/contexts/";
+  if (path.rfind(kPrefix, 0) != 0) return Error(404, method + " " + path + ": no such route");
+  auto [cid, action] = SplitId(path.substr(kPrefix.size()));
+  const bool restart = action == "restart" && method == "POST";
+  const bool remove = action.empty() && method == "DELETE";
+  if (!restart && !remove) return Error(404, method + " " + path + ": no such route");
+  if (cid != "default" && e.contexts.count(cid) == 0)
+    return Error(404, "context " + cid + " not found");
+  if (remove && cid == "default") return Error(400, "the default context cannot be removed");
+  if (std::find(e.resets.begin(), e.resets.end(), cid) == e.resets.end()) e.resets.push_back(cid);
+  if (remove) e.contexts.erase(cid);
+  return NoContent();
+}
+
+namespace {
+
+// A Connect error code for a kiln error (streams carry it in the end-of-stream message).
+const char* ConnectCode(const kiln::Error& e) {
+  static const std::pair<Code, const char*> kCodes[] = {
+      {Code::kInvalidArgument, "invalid_argument"},
+      {Code::kNotFound, "not_found"},
+      {Code::kGone, "not_found"},
+      {Code::kAborted, "aborted"},
+      {Code::kResourceExhausted, "resource_exhausted"},
+      {Code::kUnavailable, "unavailable"},
+      {Code::kUnimplemented, "unimplemented"}};
+  for (const auto& [code, name] : kCodes) {
+    if (e.code == code) return name;
+  }
+  return "internal";
+}
+
+// process.ProcessConfig {cmd, args, envs, cwd} -> the runtime's command
+// {argv, cwd, env}; an error text naming the field.
+std::optional<std::string> CommandOf(const nlohmann::json& config, nlohmann::json* command) {
+  if (!config.is_object()) return "process: required, an object";
+  const auto cmd = config.find("cmd");
+  if (cmd == config.end() || !cmd->is_string() || cmd->get<std::string>().empty())
+    return "process.cmd: required, a program";
+  nlohmann::json argv = nlohmann::json::array({*cmd});
+  if (auto args = config.find("args"); args != config.end() && !args->is_null()) {
+    if (!args->is_array()) return "process.args: must be an array of strings";
+    for (const auto& a : *args) {
+      if (!a.is_string() || a.get<std::string>().find('\0') != std::string::npos)
+        return "process.args: must be an array of strings without NUL";
+      argv.push_back(a);
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> env;
+  if (auto envs = config.find("envs"); envs != config.end() && !envs->is_null()) {
+    if (auto bad = server::ParseEnv(*envs, "process.envs", &env))
+      return bad->field + ": " + bad->message;
+  }
+  nlohmann::json env_json = nlohmann::json::object();
+  for (const auto& [k, v] : env) env_json[k] = v;
+  nlohmann::json cwd = kHome;  // envd's default: the user's home
+  if (auto c = config.find("cwd"); c != config.end() && !c->is_null()) {
+    if (!c->is_string() || c->get<std::string>().empty() ||
+        c->get<std::string>().find('\0') != std::string::npos)
+      return "process.cwd: must be a directory's path";
+    cwd = *c;
+  }
+  *command = {{"argv", argv}, {"cwd", cwd}, {"env", env_json}};
+  return std::nullopt;
+}
+
+std::string ProcessEvent(const nlohmann::json& event) {
+  return connect::Encode(0, nlohmann::json({{"event", event}})
+                                .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+}  // namespace
+
+// process.Process/Start (E2B's commands.run/start): a Connect server-streaming
+// call. The command is one cell of the session that runs it instead of Python
+// (docs/protocol.md, "execute": command), so through the executions service
+// and in the session's sandbox; its stdout and stderr stream as data events.
+Reply Front::ProcessStart(const Request& req, const std::string& id, const sessions::Caller& caller,
+                          mcp::SseWriter* stream, int hangup_fd) {
+  bool begun = false;
+  auto begin = [&] {
+    if (!begun) {
+      begun = stream->Begin(200, {{"Content-Type", "application/connect+json"}});
+      if (!begun) return false;
+    }
+    return true;
+  };
+  auto write = [&](const std::string& bytes) { return begin() && stream->Write(bytes); };
+  auto finish = [&](const std::string& end) {
+    if (write(end)) stream->End();
+    Reply reply;
+    reply.streamed = true;
+    return reply;
+  };
+  // Errors of a streaming call are its end-of-stream message (HTTP 200).
+  auto fail = [&](const char* code, const std::string& message) {
+    return finish(connect::EndStream(code, message));
+  };
+
+  auto envelopes = connect::Parse(req.body(), config_->server.max_body_bytes);
+  if (!envelopes.ok()) return fail("invalid_argument", envelopes.error().message);
+  const connect::Envelope* message = nullptr;
+  for (const auto& e : *envelopes) {
+    if (!(e.flags & connect::kEndStream) && message == nullptr) message = &e;
+  }
+  if (message == nullptr) return fail("invalid_argument", "no StartRequest in the body");
+  auto body = nlohmann::json::parse(message->message, nullptr, false);
+  if (body.is_discarded() || !body.is_object())
+    return fail("invalid_argument", "the StartRequest is not a JSON object");
+  if (Present(body, "pty"))
+    return fail("unimplemented", "pty: kiln runs commands without a terminal (docs/e2b.md)");
+  if (body.value("stdin", false))
+    return fail("unimplemented",
+                "stdin: kiln runs commands with stdin from /dev/null (docs/e2b.md)");
+  nlohmann::json command;
+  const nlohmann::json config = body.value("process", nlohmann::json());
+  if (auto bad = CommandOf(config, &command)) return fail("invalid_argument", *bad);
+
+  // The audit row's code: the command line, marked as one.
+  const std::string audited = "# kiln: command " + command["argv"].dump();
+  bool started = false;
+  std::string error;
+  // The supervisor reads the pipes before each frame, so output the command
+  // wrote at once comes before its command_started: held until the start
+  // event (the SDK expects that first).
+  std::vector<std::string> early;
+  const spawner::EventFn on_event = [&](std::string_view name, const nlohmann::json& data) {
+    if (name == "command_started" && !started) {
+      started = true;
+      const int64_t pid = data.value("pid", int64_t{0});
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        running_[id] = Running{pid, config};
+      }
+      write(ProcessEvent({{"start", {{"pid", pid}}}}));
+      for (const auto& e : early) write(e);
+      early.clear();
+    } else if (name == "stdout" || name == "stderr") {
+      std::string event = ProcessEvent(
+          {{"data", {{std::string(name), Base64Encode(data.value("text", std::string()))}}}});
+      if (started) {
+        write(event);
+      } else {
+        early.push_back(std::move(event));
+      }
+    } else if (name == "error") {
+      error = data.value("ename", "") + ": " + data.value("evalue", "");
+    }
+  };
+  auto outcome = sessions_->Execute(caller, id, audited, std::nullopt, on_event, hangup_fd,
+                                    {{"command", command}, {"cwd", kHome}});
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_.erase(id);
+  }
+  if (!outcome.ok()) return fail(ConnectCode(outcome.error()), outcome.error().message);
+  if (outcome->rejection) {
+    const auto& r = *outcome->rejection;
+    return fail(r.tenant_quota ? "resource_exhausted" : "unavailable", r.error.message);
+  }
+  const nlohmann::json& result = outcome->response->result;
+  const std::string status = result.value("status", "");
+  const std::string reason = result.value("reason", "");
+  if (!started) {  // it never ran: a missing program or directory
+    return fail("invalid_argument", error.empty() ? status + ": " + reason : error);
+  }
+  const auto code = result.find("exit_code");
+  if ((status == "ok" || status == "error") && code != result.end() && code->is_number_integer()) {
+    const int64_t exit_code = code->get<int64_t>();
+    write(ProcessEvent({{"end",
+                         {{"exitCode", exit_code},
+                          {"exited", true},
+                          {"status", "exit status " + std::to_string(exit_code)}}}}));
+    return finish(connect::EndStream());
+  }
+  if (status == "interrupted") {  // SendSignal (the SDK's kill): the process group was killed
+    write(ProcessEvent({{"end",
+                         {{"exitCode", -1},
+                          {"exited", false},
+                          {"status", "signal: killed"},
+                          {"error", reason}}}}));
+    return finish(connect::EndStream());
+  }
+  // kiln ended it: its timeout, memory limit, output limit, ...
+  return fail(status == "timeout" ? "deadline_exceeded" : "resource_exhausted",
+              status + ": " + reason);
+}
+
+// process.Process/List, SendSignal, SendInput: Connect unary calls (JSON).
+Reply Front::ProcessUnary(const Request& req, const std::string& rpc, const std::string& id,
+                          const sessions::Caller& caller) {
+  auto body = ObjectBody(req);
+  if (!body) return ConnectError(InvalidArgument("the body must be a JSON object"));
+  std::optional<Running> running;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = running_.find(id); it != running_.end()) running = it->second;
+  }
+  if (rpc == "/process.Process/List") {
+    nlohmann::json processes = nlohmann::json::array();
+    if (running) processes.push_back({{"pid", running->pid}, {"config", running->config}});
+    return JsonReply(200, {{"processes", processes}});
+  }
+  // ProcessSelector {pid} (a tag selects nothing: kiln's commands have none).
+  const nlohmann::json selector = body->value("process", nlohmann::json::object());
+  const nlohmann::json pid =
+      selector.is_object() ? selector.value("pid", nlohmann::json()) : nlohmann::json();
+  if (!pid.is_number_integer())
+    return ConnectError(InvalidField("process.pid", "process.pid: required, an integer"));
+  if (!running || running->pid != pid.get<int64_t>()) {
+    return ConnectError(
+        MakeError(Code::kNotFound, "process with pid " + pid.dump() + " not found"));
+  }
+  if (rpc == "/process.Process/SendInput") {
+    return JsonReply(400, {{"code", "failed_precondition"},
+                           {"message",
+                            "kiln runs commands with stdin from /dev/null: there is "
+                            "no stdin to send to (docs/e2b.md)"}});
+  }
+  // SendSignal: SIGKILL or SIGTERM. The command is interrupted: its whole
+  // process group is killed (SIGKILL, whichever was asked for).
+  const nlohmann::json signal = body->value("signal", nlohmann::json());
+  const bool known =
+      signal == "SIGNAL_SIGKILL" || signal == "SIGNAL_SIGTERM" || signal == 9 || signal == 15;
+  if (!known) {
+    return ConnectError(InvalidField("signal", "signal: SIGNAL_SIGKILL or SIGNAL_SIGTERM"));
+  }
+  auto busy = sessions_->Interrupt(caller, id);
+  if (!busy.ok()) return ConnectError(busy.error());
+  if (!*busy) return ConnectError(MakeError(Code::kNotFound, "the process has ended"));
+  return JsonReply(200, nlohmann::json::object());
 }
 
 }  // namespace kiln::server::e2b

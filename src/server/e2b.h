@@ -76,6 +76,11 @@ class Front final {
     std::string access_token;
     nlohmann::json metadata;
     int64_t started_ms = 0;
+    // Code contexts besides "default": id -> {id, language, cwd}; and the
+    // contexts restarted or removed since the last cell, emptied in the
+    // runtime before the next one runs (docs/protocol.md, reset_contexts).
+    std::map<std::string, nlohmann::json> contexts;
+    std::vector<std::string> resets;
   };
   std::optional<Reply> Refusal(const Request& head, Entry* entry);
   std::optional<Entry> Lookup(const std::string& id, const std::string& tenant);
@@ -86,11 +91,25 @@ class Front final {
                           const sessions::Caller& caller);
   Reply Execute(const Request& req, const std::string& id, const sessions::Caller& caller,
                 mcp::SseWriter* stream, int hangup_fd);
+  Reply Contexts(const Request& req, const std::string& id);
+  // process.Process (E2B's commands): Start streams, List/SendSignal/SendInput are unary.
+  Reply ProcessStart(const Request& req, const std::string& id, const sessions::Caller& caller,
+                     mcp::SseWriter* stream, int hangup_fd);
+  Reply ProcessUnary(const Request& req, const std::string& rpc, const std::string& id,
+                     const sessions::Caller& caller);
+
+  // The command a sandbox runs now (one at a time: a session runs one cell at
+  // a time), for List and SendSignal.
+  struct Running {
+    int64_t pid = 0;
+    nlohmann::json config;  // process.ProcessConfig as Start received it
+  };
 
   const config::Config* config_;
   sessions::SessionManager* sessions_;
   std::mutex mu_;
   std::map<std::string, Entry> sandboxes_;  // by sandboxID (= the session id)
+  std::map<std::string, Running> running_;  // by sandboxID: its command, while it runs
 };
 
 }  // namespace kiln::server::e2b

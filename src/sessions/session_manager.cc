@@ -294,7 +294,8 @@ Status SessionManager::SetLifetime(const Caller& caller, const std::string& id, 
 Result<CellOutcome> SessionManager::Execute(const Caller& caller, const std::string& id,
                                             const std::string& code,
                                             std::optional<double> timeout_s,
-                                            const spawner::EventFn& on_event, int hangup_fd) {
+                                            const spawner::EventFn& on_event, int hangup_fd,
+                                            const nlohmann::json& extra) {
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
   const double timeout = timeout_s.value_or(s->default_timeout_s);
   if (timeout <= 0 || timeout > s->max_timeout_s) {
@@ -313,7 +314,7 @@ Result<CellOutcome> SessionManager::Execute(const Caller& caller, const std::str
   job.code = code;
   job.hangup_fd = hangup_fd;
   job.on_event = on_event;
-  executions::CellRunner runner(s->channel.get(), code, timeout, hangup_fd);
+  executions::CellRunner runner(s->channel.get(), code, timeout, hangup_fd, &extra);
   executions::Outcome ran = deps_.executions->Run(job, runner, &s->cancel);
   CellOutcome out;
   out.execution_id = ran.id;
@@ -421,11 +422,29 @@ Result<nlohmann::json> SessionManager::ListFiles(const Caller& caller, const std
 }
 
 Status SessionManager::DeleteFile(const Caller& caller, const std::string& id,
-                                  const std::string& path) {
+                                  const std::string& path, bool recursive) {
   KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
   return FileResult(WithOp(*s, [&]() -> Status {
     if (!s->channel) return MakeError(Code::kGone, "gone");
-    return s->channel->DeleteFile(path);
+    return s->channel->DeleteFile(path, recursive);
+  }));
+}
+
+Status SessionManager::MakeDir(const Caller& caller, const std::string& id,
+                               const std::string& path) {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
+  return FileResult(WithOp(*s, [&]() -> Status {
+    if (!s->channel) return MakeError(Code::kGone, "gone");
+    return s->channel->MakeDir(path);
+  }));
+}
+
+Status SessionManager::MoveFile(const Caller& caller, const std::string& id,
+                                const std::string& from, const std::string& to) {
+  KILN_ASSIGN_OR_RETURN(std::shared_ptr<Session> s, Find(caller, id));
+  return FileResult(WithOp(*s, [&]() -> Status {
+    if (!s->channel) return MakeError(Code::kGone, "gone");
+    return s->channel->Move(from, to);
   }));
 }
 

@@ -98,10 +98,13 @@ class SessionManager final {
   // operation is running), kInvalidArgument (timeout over the profile's
   // maximum). A cell that loses the session (hard kill) ends it: the result
   // says session_state "lost" and later calls get kGone. `hangup_fd`: the
-  // client's socket; its hanging up interrupts the cell.
+  // client's socket; its hanging up interrupts the cell. `extra`: the cell's
+  // context, reset_contexts, env or command (docs/protocol.md, "execute"),
+  // validated by the caller; `code` is what the audit row keeps.
   Result<CellOutcome> Execute(const Caller& caller, const std::string& id, const std::string& code,
                               std::optional<double> timeout_s, const spawner::EventFn& on_event,
-                              int hangup_fd);
+                              int hangup_fd,
+                              const nlohmann::json& extra = nlohmann::json::object());
   // KeyboardInterrupt in the running cell. true when a cell was running.
   Result<bool> Interrupt(const Caller& caller, const std::string& id);
 
@@ -112,7 +115,12 @@ class SessionManager final {
                  const std::string& bytes);
   Result<std::string> GetFile(const Caller& caller, const std::string& id, const std::string& path);
   Result<nlohmann::json> ListFiles(const Caller& caller, const std::string& id);
-  Status DeleteFile(const Caller& caller, const std::string& id, const std::string& path);
+  Status DeleteFile(const Caller& caller, const std::string& id, const std::string& path,
+                    bool recursive = false);
+  // E2B's files.makeDir and files.rename (kAlreadyExists: the name exists).
+  Status MakeDir(const Caller& caller, const std::string& id, const std::string& path);
+  Status MoveFile(const Caller& caller, const std::string& id, const std::string& from,
+                  const std::string& to);
 
   // Ends every session of the tenant (a quarantine) or every session (a
   // lockdown), with the reason later calls get (410). Returns how many.

@@ -308,14 +308,17 @@ Result<std::unique_ptr<SessionChannel>> Spawner::StartSession(const SessionReque
 
 Result<ExecResponse> SessionChannel::Execute(const std::string& code, double timeout_s,
                                              const EventFn& on_event, int hangup_fd,
-                                             const CancelToken* cancel) {
+                                             const CancelToken* cancel,
+                                             const nlohmann::json& extra) {
   if (gone_) return MakeError(Code::kNotFound, "the session is gone: " + *gone_);
   {
-    std::lock_guard<std::mutex> lock(write_mu_);
-    KILN_TRY(channel_->Write({{"type", "execute"},
+    nlohmann::json request = {{"type", "execute"},
                               {"code", code},
                               {"timeout_s", timeout_s},
-                              {"stream", static_cast<bool>(on_event)}}));
+                              {"stream", static_cast<bool>(on_event)}};
+    if (extra.is_object() && !extra.empty()) request["extra"] = extra;
+    std::lock_guard<std::mutex> lock(write_mu_);
+    KILN_TRY(channel_->Write(request));
   }
   std::vector<FramedChannel::Waker> wakers(2);
   wakers[0].fd = cancel ? cancel->fd() : -1;
@@ -377,8 +380,18 @@ Result<nlohmann::json> SessionChannel::ListFiles() {
   return reply.value("files", nlohmann::json::array());
 }
 
-Status SessionChannel::DeleteFile(const std::string& path) {
-  KILN_TRY(Call({{"type", "file_delete"}, {"path", path}}));
+Status SessionChannel::DeleteFile(const std::string& path, bool recursive) {
+  KILN_TRY(Call({{"type", "file_delete"}, {"path", path}, {"recursive", recursive}}));
+  return OkStatus();
+}
+
+Status SessionChannel::MakeDir(const std::string& path) {
+  KILN_TRY(Call({{"type", "file_mkdir"}, {"path", path}}));
+  return OkStatus();
+}
+
+Status SessionChannel::Move(const std::string& from, const std::string& to) {
+  KILN_TRY(Call({{"type", "file_move"}, {"path", from}, {"to", to}}));
   return OkStatus();
 }
 

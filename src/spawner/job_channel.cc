@@ -17,6 +17,7 @@ Code CodeFromName(const std::string& code) {
   if (code == "not_found") return Code::kNotFound;
   if (code == "aborted") return Code::kAborted;
   if (code == "unavailable") return Code::kUnavailable;
+  if (code == "already_exists") return Code::kAlreadyExists;
   return Code::kInternal;
 }
 

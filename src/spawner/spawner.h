@@ -97,14 +97,18 @@ class SessionChannel final {
 
   // One cell. The result has session_state; after "lost" the channel is
   // dead (Gone() says why). `hangup_fd`'s peer hanging up interrupts the
-  // cell (the session stays); `cancel` firing kills the sandbox.
+  // cell (the session stays); `cancel` firing kills the sandbox. `extra`:
+  // the cell's context, reset_contexts, env or command (docs/protocol.md).
   Result<ExecResponse> Execute(const std::string& code, double timeout_s, const EventFn& on_event,
-                               int hangup_fd, const CancelToken* cancel);
+                               int hangup_fd, const CancelToken* cancel,
+                               const nlohmann::json& extra = nlohmann::json::object());
   void Interrupt();
   Status PutFile(const std::string& path, const std::string& bytes);
   Result<std::string> GetFile(const std::string& path);
   Result<nlohmann::json> ListFiles();  // [{"path","size","directory"}]
-  Status DeleteFile(const std::string& path);
+  Status DeleteFile(const std::string& path, bool recursive = false);  // recursive: a full dir too
+  Status MakeDir(const std::string& path);  // and its parents; kAlreadyExists
+  Status Move(const std::string& from, const std::string& to);
   Result<nlohmann::json> Stats();  // {"memory_bytes": n | null}
   // Non-blocking, between operations: the reason, once the supervisor ended
   // the session on its own (its sandbox died) or is gone.

@@ -209,6 +209,9 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config,
         cell.code = req.value("code", "");
         cell.timeout_s = req.value("timeout_s", limits.wall_timeout_s);
         cell.interrupt_grace_s = start->interrupt_grace_s;
+        if (auto extra = req.find("extra"); extra != req.end() && extra->is_object()) {
+          cell.extra = *extra;
+        }
         const bool stream = req.value("stream", false);
         supervisor::Waiters waiters;
         waiters.control_fd = ch.fd();
@@ -230,7 +233,7 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config,
         (void)ch.Write({{"type", "stats"},
                         {"memory_bytes", mem ? nlohmann::json(*mem) : nlohmann::json(nullptr)}});
       } else if (type == "file_put" || type == "file_get" || type == "file_list" ||
-                 type == "file_delete") {
+                 type == "file_delete" || type == "file_mkdir" || type == "file_move") {
         const int ws = sbx.workspace_fd();
         Status done = OkStatus();
         nlohmann::json reply = {{"type", "ok"}};
@@ -272,6 +275,24 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config,
             } else {
               reply["content_base64"] = Base64Encode(*bytes);
             }
+          } else if (type == "file_mkdir" || type == "file_move") {
+            // Creations are made as the sandbox's uid (as file_put's).
+            std::optional<supervisor::ScopedFsIds> ids;
+            if (root) {
+              auto entered = supervisor::ScopedFsIds::Enter(sbx.outer_uid(), sbx.outer_gid());
+              if (entered.ok())
+                ids.emplace(std::move(*entered));
+              else
+                done = std::move(entered).error();
+            }
+            if (done.ok() && type == "file_mkdir") {
+              done = supervisor::MakeDirBeneath(ws, *path, sbx.outer_uid(), sbx.outer_gid());
+            } else if (done.ok()) {
+              done = supervisor::MoveBeneath(ws, *path, req.value("to", ""), sbx.outer_uid(),
+                                             sbx.outer_gid());
+            }
+          } else if (req.value("recursive", false)) {
+            done = supervisor::DeleteTreeBeneath(ws, *path);
           } else {
             done = supervisor::DeleteBeneath(ws, *path);
           }

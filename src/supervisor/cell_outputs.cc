@@ -102,9 +102,17 @@ Result<CellOutputs::FrameVerdict> CellOutputs::OnFrame(const nlohmann::json& f, 
     violation_ = std::move(v);
     return FrameVerdict::kAccepted;
   }
+  if (type == "command_started") {
+    KILN_ASSIGN_OR_RETURN(int64_t pid, ipc::GetInt(f, "pid"));
+    if (command_pid_ || pid <= 0 || pid > (int64_t{1} << 22))
+      return InvalidArgument("'command_started' twice or with a pid out of range");
+    command_pid_ = pid;
+    return FrameVerdict::kAccepted;
+  }
   if (type == "execute_reply") {
     KILN_ASSIGN_OR_RETURN(std::string status, ipc::GetString(f, "status"));
-    if (status != "ok" && status != "error" && status != "policy_violation" && status != "exit") {
+    if (status != "ok" && status != "error" && status != "policy_violation" && status != "exit" &&
+        status != "command") {
       return InvalidArgument("execute_reply status '" + status + "' is unknown");
     }
     if (auto it = f.find("execution_count"); it != f.end() && !it->is_null()) {
@@ -112,8 +120,10 @@ Result<CellOutputs::FrameVerdict> CellOutputs::OnFrame(const nlohmann::json& f, 
         return InvalidArgument("member \"execution_count\" must be an integer");
       execution_count_ = it->get<int64_t>();
     }
-    if (status == "exit") {
+    if (status == "exit" || status == "command") {
       KILN_ASSIGN_OR_RETURN(int64_t code, ipc::GetInt(f, "exit_code"));
+      if (status == "command" && (code < 0 || code > 255 || !command_pid_))
+        return InvalidArgument("a command's execute_reply without its start or exit code 0-255");
       exit_code_ = code;
     }
     if (auto it = f.find("dropped"); it != f.end()) {

@@ -51,6 +51,8 @@ class CellOutputs final {
   const std::optional<std::string>& reply_status() const { return reply_status_; }
   std::optional<int64_t> exit_code() const { return exit_code_; }
   std::optional<int64_t> execution_count() const { return execution_count_; }
+  // A command cell's process id in the sandbox, once the runtime started it.
+  std::optional<int64_t> command_pid() const { return command_pid_; }
   uint64_t dropped() const { return dropped_; }
   const nlohmann::json& outputs() const { return outputs_; }
   const std::optional<CellError>& error() const { return error_; }
@@ -71,6 +73,7 @@ class CellOutputs final {
   std::optional<std::string> reply_status_;
   std::optional<int64_t> exit_code_;
   std::optional<int64_t> execution_count_;
+  std::optional<int64_t> command_pid_;
 };
 
 // Decoded size of base64 text (upper bound, no decoding).

@@ -38,6 +38,9 @@ Verdict Classify(const Observations& o) {
     } else if (status == "policy_violation" && o.policy_violation) {
       v.outcome = Outcome::kPolicyViolation;
       v.reason = o.policy_violation->message;
+    } else if (status == "command") {
+      v.outcome = v.exit_code == 0 ? Outcome::kOk : Outcome::kError;
+      v.reason = "the command exited " + std::to_string(v.exit_code);
     } else if (status == "exit") {
       v.outcome = v.exit_code == 0 ? Outcome::kOk : Outcome::kError;
       v.reason = "SystemExit(" + std::to_string(v.exit_code) + "); the session goes on";

@@ -82,6 +82,20 @@ const std::vector<Row>& Table() {
          return o;
        },
        Outcome::kError, 3, 0, "SystemExit(3); the session goes on", "kept"},
+      {"a command's exit code",
+       [] {
+         auto o = Replied("command");
+         o.reply_exit_code = 2;
+         return o;
+       },
+       Outcome::kError, 2, 0, "the command exited 2", "kept"},
+      {"a command that succeeded",
+       [] {
+         auto o = Replied("command");
+         o.reply_exit_code = 0;
+         return o;
+       },
+       Outcome::kOk, 0, 0, "the command exited 0", "kept"},
       {"policy violation reported",
        [] {
          auto o = Replied("policy_violation");

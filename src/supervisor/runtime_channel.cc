@@ -16,17 +16,22 @@ void RuntimeChannel::EndCell() { cell_.reset(); }
 
 void RuntimeChannel::SendExecute(const std::string& code, const std::string& filename,
                                  const policy::ImportPolicy& import_policy,
-                                 const policy::DisplayLimits& display) {
+                                 const policy::DisplayLimits& display,
+                                 const nlohmann::json& extra) {
   nlohmann::json modules = import_policy.modules;
-  outbox_ += ipc::EncodeMessage(
-      {{"type", "execute"},
-       {"cell", cell_number_},
-       {"code", code},
-       {"filename", filename},
-       {"import_policy",
-        {{"mode", std::string(policy::ToString(import_policy.mode))}, {"modules", modules}}},
-       {"limits",
-        {{"max_images", display.max_images}, {"max_image_bytes", display.max_image_bytes}}}});
+  nlohmann::json frame = {
+      {"type", "execute"},
+      {"cell", cell_number_},
+      {"code", code},
+      {"filename", filename},
+      {"import_policy",
+       {{"mode", std::string(policy::ToString(import_policy.mode))}, {"modules", modules}}},
+      {"limits",
+       {{"max_images", display.max_images}, {"max_image_bytes", display.max_image_bytes}}}};
+  for (const char* key : {"context", "reset_contexts", "env", "command", "cwd"}) {
+    if (auto it = extra.find(key); it != extra.end() && !it->is_null()) frame[key] = *it;
+  }
+  outbox_ += ipc::EncodeMessage(frame);
 }
 
 RuntimeChannel::Event RuntimeChannel::Next(const std::function<void()>& before_frame) {

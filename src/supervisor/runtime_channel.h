@@ -42,8 +42,11 @@ class RuntimeChannel final {
   // No cell any more (the sandbox ended between cells).
   void EndCell();
   // Queues the current cell's `execute` frame.
+  // `extra`: the cell's other members (docs/protocol.md: context,
+  // reset_contexts, env, command), from the server's trusted request.
   void SendExecute(const std::string& code, const std::string& filename,
-                   const policy::ImportPolicy& import_policy, const policy::DisplayLimits& display);
+                   const policy::ImportPolicy& import_policy, const policy::DisplayLimits& display,
+                   const nlohmann::json& extra = nlohmann::json::object());
 
   // Bytes read from the runtime's socket.
   void Feed(const char* data, size_t size) { frames_.Feed(data, size); }

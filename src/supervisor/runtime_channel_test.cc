@@ -12,7 +12,7 @@ using nlohmann::json;
 using Kind = RuntimeChannel::EventKind;
 
 std::string Frame(const json& j) { return ipc::EncodeMessage(j); }
-std::string Hello() { return Frame({{"type", "hello"}, {"protocol", 1}, {"python", "3.11.2"}}); }
+std::string Hello() { return Frame({{"type", "hello"}, {"protocol", 2}, {"python", "3.11.2"}}); }
 std::string Reply(int cell, const char* status = "ok") {
   return Frame({{"type", "execute_reply"}, {"cell", cell}, {"status", status}});
 }
@@ -173,11 +173,13 @@ TEST(RuntimeChannel, HelloTwiceOrAnotherVersion) {
   auto kinds = Drain(ch, Hello() + Hello() + Hello());
   EXPECT_EQ(kinds, (std::vector<Kind>{Kind::kHello, Kind::kBadHello, Kind::kBadHello}));
   RuntimeChannel other;
-  const std::string v2 = Frame({{"type", "hello"}, {"protocol", 2}});
-  other.Feed(v2.data(), v2.size());
+  // Version 1 had no commands or code contexts: its runtime would run a
+  // command's execute as an empty Python cell.
+  const std::string v1 = Frame({{"type", "hello"}, {"protocol", 1}});
+  other.Feed(v1.data(), v1.size());
   auto ev = other.Next();
   EXPECT_EQ(ev.kind, Kind::kBadHello);
-  EXPECT_EQ(ev.reason, "the runtime speaks protocol 2, kiln speaks 1");
+  EXPECT_EQ(ev.reason, "the runtime speaks protocol 1, kiln speaks 2");
   EXPECT_FALSE(other.hello());
   RuntimeChannel in_cell;
   ASSERT_EQ(Drain(in_cell, Hello()), std::vector<Kind>{Kind::kHello});

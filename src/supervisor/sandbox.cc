@@ -216,7 +216,8 @@ struct Sandbox::State {
     explicit Cell(CellSpec s) : spec(std::move(s)) {}
   };
   std::optional<Cell> cell;
-  size_t emitted_outputs = 0;  // outputs of the cell already sent as events
+  size_t emitted_outputs = 0;          // outputs of the cell already sent as events
+  bool command_start_emitted = false;  // the cell's command_started event went out
 
   // Timing.
   Clock::time_point t_start{}, t_planned{}, t_cgroup{}, t_cloned{}, t_maps{}, t_workspace{},
@@ -281,6 +282,10 @@ struct Sandbox::State {
   }
 
   void EmitNewOutputs() {
+    if (auto started = rt.outputs().command_pid(); started && !command_start_emitted) {
+      command_start_emitted = true;
+      Emit("command_started", {{"pid", *started}});
+    }
     const auto& outs = rt.outputs().outputs();
     for (; emitted_outputs < outs.size(); ++emitted_outputs) {
       const auto& o = outs[emitted_outputs];
@@ -294,7 +299,8 @@ struct Sandbox::State {
     // session's so far) where the host can reset it; the runtime has not
     // seen the cell yet (it is only queued here).
     if (cgroup && !c.spec.last) (void)cgroup->ResetMemoryPeak();
-    rt.SendExecute(c.spec.code, c.spec.filename, pol->import_policy(), pol->display_limits());
+    rt.SendExecute(c.spec.code, c.spec.filename, pol->import_policy(), pol->display_limits(),
+                   c.spec.extra);
     c.t_sent = Clock::now();
     c.deadline = c.t_sent + std::chrono::duration_cast<Clock::duration>(
                                 std::chrono::duration<double>(c.spec.timeout_s));
@@ -1107,6 +1113,7 @@ ExecutionResult Sandbox::RunCell(const CellSpec& spec, const Waiters& waiters,
   s.cell.emplace(spec);
   s.rt.BeginCell(s.cells_started, s.pol->display_limits(), spec.last);
   s.cell->sink = &sink;
+  s.command_start_emitted = false;
   s.emitted_outputs = 0;
   if (s.dead()) {
     ExecutionResult r = s.CellResult(false);

@@ -108,6 +108,9 @@ struct CellSpec {
   // One-shot: the runtime shuts down after this cell; RunCell returns when
   // the sandbox has exited and Finish() gives the final result.
   bool last = false;
+  // Members the runtime's execute frame also carries (a session's: context,
+  // reset_contexts, env, command; docs/protocol.md).
+  nlohmann::json extra = nlohmann::json::object();
 };
 
 // What else the driving loop waits for while a cell runs.

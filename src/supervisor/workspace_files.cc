@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <functional>
 #include <utility>
 
@@ -446,6 +447,111 @@ Status DeleteBeneath(int workspace_fd, const std::string& path) {
                  Quote(clean) + " does not exist in the workspace"};
   }
   return FsError("delete " + Quote(clean) + " in the workspace", err);
+}
+
+namespace {
+
+// Empties the directory open as `dir` (every name in it: files, symlinks,
+// special files and directories, recursively), in confined fds, never
+// following a link. `budget` counts the names removed.
+Status EmptyDir(int dir, const std::string& rel, int depth, size_t* budget) {
+  if (depth > kAccountingMaxDepth) {
+    return MakeError(Code::kResourceExhausted, Quote(rel) + ": directories nested over " +
+                                                   std::to_string(kAccountingMaxDepth) + " deep");
+  }
+  for (;;) {  // until a pass finds nothing (the sandbox may add names meanwhile)
+    UniqueFd listing(OpenConfined(dir, ".", O_RDONLY | O_DIRECTORY));
+    if (!listing) return FsError("open " + Quote(rel), errno);
+    DIR* stream = ::fdopendir(listing.get());
+    if (stream == nullptr) return ErrnoError("fdopendir");
+    (void)listing.Release();
+    std::vector<std::string> names;
+    while (dirent* e = ::readdir(stream)) {
+      const std::string name = e->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+    }
+    ::closedir(stream);
+    if (names.empty()) return OkStatus();
+    for (const auto& name : names) {
+      if (*budget == 0)
+        return MakeError(Code::kResourceExhausted, Quote(rel) + ": too many entries");
+      --*budget;
+      const std::string child = rel + "/" + name;
+      if (::unlinkat(dir, name.c_str(), 0) == 0 || errno == ENOENT) continue;
+      if (errno != EISDIR) return FsError("delete " + Quote(child), errno);
+      UniqueFd sub(OpenConfined(dir, name.c_str(), O_PATH | O_DIRECTORY));
+      if (!sub) {
+        if (errno == ENOENT) continue;
+        return FsError("open " + Quote(child), errno);
+      }
+      KILN_TRY(EmptyDir(sub.get(), child, depth + 1, budget));
+      if (::unlinkat(dir, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
+        return FsError("delete " + Quote(child), errno);
+    }
+  }
+}
+
+}  // namespace
+
+Status DeleteTreeBeneath(int workspace_fd, const std::string& path) {
+  Status first = DeleteBeneath(workspace_fd, path);
+  if (first.ok() || first.error().code != Code::kFailedPrecondition) return first;
+  KILN_ASSIGN_OR_RETURN(const std::string clean, NormalizeWorkspacePath(path));
+  const std::vector<std::string> parts = SplitPath(clean);
+  KILN_ASSIGN_OR_RETURN(UniqueFd parent, OpenParentDir(workspace_fd, parts, nullptr));
+  UniqueFd dir(OpenConfined(parent.get(), parts.back().c_str(), O_PATH | O_DIRECTORY));
+  if (!dir) return FsError("open " + Quote(clean), errno);
+  size_t budget = kAccountingMaxEntries;
+  KILN_TRY(EmptyDir(dir.get(), clean, 1, &budget));
+  if (::unlinkat(parent.get(), parts.back().c_str(), AT_REMOVEDIR) != 0)
+    return FsError("delete " + Quote(clean), errno);
+  return OkStatus();
+}
+
+Status MakeDirBeneath(int workspace_fd, const std::string& path, uid_t owner, gid_t group) {
+  KILN_ASSIGN_OR_RETURN(const std::string clean, NormalizeWorkspacePath(path));
+  const std::vector<std::string> parts = SplitPath(clean);
+  const Owner ids{owner, group};
+  KILN_ASSIGN_OR_RETURN(UniqueFd parent, OpenParentDir(workspace_fd, parts, &ids));
+  const char* name = parts.back().c_str();
+  if (::mkdirat(parent.get(), name, 0755) != 0) {
+    if (errno == EEXIST) {
+      return Error{Code::kAlreadyExists, EEXIST, SetupStep::kNone,
+                   Quote(clean) + " already exists in the workspace"};
+    }
+    return FsError("mkdir " + Quote(clean) + " in the workspace", errno);
+  }
+  UniqueFd made(OpenConfined(parent.get(), name, O_PATH | O_DIRECTORY));
+  if (!made) return FsError("open the new directory " + Quote(clean), errno);
+  if (::fchownat(made.get(), "", owner, group, AT_EMPTY_PATH) != 0)
+    return FsError("chown new directory " + Quote(clean), errno);
+  return OkStatus();
+}
+
+Status MoveBeneath(int workspace_fd, const std::string& from, const std::string& to, uid_t owner,
+                   gid_t group) {
+  KILN_ASSIGN_OR_RETURN(const std::string src, NormalizeWorkspacePath(from));
+  KILN_ASSIGN_OR_RETURN(const std::string dst, NormalizeWorkspacePath(to));
+  const std::vector<std::string> src_parts = SplitPath(src);
+  const std::vector<std::string> dst_parts = SplitPath(dst);
+  KILN_ASSIGN_OR_RETURN(UniqueFd src_parent, OpenParentDir(workspace_fd, src_parts, nullptr));
+  const Owner ids{owner, group};
+  KILN_ASSIGN_OR_RETURN(UniqueFd dst_parent, OpenParentDir(workspace_fd, dst_parts, &ids));
+  // renameat moves the name: a symlink is moved as a link, never followed.
+  if (::renameat(src_parent.get(), src_parts.back().c_str(), dst_parent.get(),
+                 dst_parts.back().c_str()) != 0) {
+    const int err = errno;
+    if (err == ENOENT) {
+      return Error{Code::kNotFound, ENOENT, SetupStep::kNone,
+                   Quote(src) + " does not exist in the workspace"};
+    }
+    if (err == ENOTEMPTY || err == EEXIST || err == EISDIR || err == ENOTDIR || err == EINVAL) {
+      return Error{Code::kFailedPrecondition, err, SetupStep::kNone,
+                   "cannot move " + Quote(src) + " to " + Quote(dst) + ": " + std::strerror(err)};
+    }
+    return FsError("move " + Quote(src) + " to " + Quote(dst), err);
+  }
+  return OkStatus();
 }
 
 }  // namespace kiln::supervisor

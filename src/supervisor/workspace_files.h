@@ -165,4 +165,23 @@ Result<std::vector<WorkspaceEntry>> ListBeneath(int workspace_fd, size_t max_ent
 // not empty.
 Status DeleteBeneath(int workspace_fd, const std::string& path);
 
+// As DeleteBeneath, and a directory that is not empty is removed with all it
+// holds: each name unlinked in a confined fd of its directory (a symlink is
+// removed, never followed), at most 64 levels and 1,000,000 names
+// (kResourceExhausted beyond).
+Status DeleteTreeBeneath(int workspace_fd, const std::string& path);
+
+// Makes the directory `path` (and its missing parents), owned by owner/group
+// (a root caller holds ScopedFsIds, as for WriteFileBeneath). kAlreadyExists
+// when the name exists; a symlink on the way is kInvalidArgument.
+Status MakeDirBeneath(int workspace_fd, const std::string& path, uid_t owner, gid_t group);
+
+// Renames `from` to `to` (renameat(2) between two confined parent fds; `to`'s
+// missing parents are made as by MakeDirBeneath). A file replaces a file; a
+// symlink is moved as a link. kNotFound when `from` is absent;
+// kFailedPrecondition when the kernel refuses the move (a non-empty directory
+// in the way, a directory into itself, a file over a directory).
+Status MoveBeneath(int workspace_fd, const std::string& from, const std::string& to, uid_t owner,
+                   gid_t group);
+
 }  // namespace kiln::supervisor

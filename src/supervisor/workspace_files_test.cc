@@ -395,6 +395,68 @@ TEST_F(WorkspaceFilesTest, DeleteFileMissingAndDirectories) {
   EXPECT_TRUE(fs::is_empty(ws_.path()));
 }
 
+// E2B's files.remove of a directory: everything in it goes, links are
+// removed, never followed out of the workspace.
+TEST_F(WorkspaceFilesTest, DeleteTreeRemovesAFullDirectoryNotWhatLinksPointTo) {
+  ASSERT_TRUE(Write("tree/a.txt", "a").ok());
+  ASSERT_TRUE(Write("tree/sub/deeper/b.txt", "b").ok());
+  Spit(outside_.path() + "/keep.txt", "outside");
+  ASSERT_EQ(::symlink(outside_.path().c_str(), Ws("tree/sub/out").c_str()), 0);
+  ASSERT_EQ(::symlink((outside_.path() + "/keep.txt").c_str(), Ws("tree/link.txt").c_str()), 0);
+  ASSERT_TRUE(DeleteTreeBeneath(ws_fd_.get(), "tree").ok());
+  EXPECT_FALSE(fs::exists(Ws("tree")));
+  EXPECT_EQ(Slurp(outside_.path() + "/keep.txt"), "outside");
+  EXPECT_EQ(CodeOf(DeleteTreeBeneath(ws_fd_.get(), "tree")), Code::kNotFound);
+  ASSERT_TRUE(Write("f.txt", "f").ok());
+  ASSERT_TRUE(DeleteTreeBeneath(ws_fd_.get(), "f.txt").ok());
+  // A symlink on the way is refused, never followed.
+  ASSERT_EQ(::symlink(outside_.path().c_str(), Ws("via").c_str()), 0);
+  EXPECT_EQ(CodeOf(DeleteTreeBeneath(ws_fd_.get(), "via/keep.txt")), Code::kInvalidArgument);
+  EXPECT_TRUE(fs::exists(outside_.path() + "/keep.txt"));
+}
+
+TEST_F(WorkspaceFilesTest, MakeDirWithParentsOnceAndNotThroughALink) {
+  ASSERT_TRUE(MakeDirBeneath(ws_fd_.get(), "a/b/c", ::getuid(), ::getgid()).ok());
+  EXPECT_TRUE(fs::is_directory(Ws("a/b/c")));
+  EXPECT_EQ(CodeOf(MakeDirBeneath(ws_fd_.get(), "a/b/c", ::getuid(), ::getgid())),
+            Code::kAlreadyExists);
+  ASSERT_EQ(::symlink(outside_.path().c_str(), Ws("out").c_str()), 0);
+  EXPECT_EQ(CodeOf(MakeDirBeneath(ws_fd_.get(), "out/x", ::getuid(), ::getgid())),
+            Code::kInvalidArgument);
+  EXPECT_EQ(CodeOf(MakeDirBeneath(ws_fd_.get(), "out", ::getuid(), ::getgid())),
+            Code::kAlreadyExists);
+  EXPECT_TRUE(fs::is_empty(outside_.path()));
+  EXPECT_EQ(CodeOf(MakeDirBeneath(ws_fd_.get(), "../x", ::getuid(), ::getgid())),
+            Code::kInvalidArgument);
+}
+
+TEST_F(WorkspaceFilesTest, MoveRenamesFilesDirectoriesAndLinksAsLinks) {
+  const uid_t u = ::getuid();
+  const gid_t g = ::getgid();
+  ASSERT_TRUE(Write("a.txt", "a").ok());
+  ASSERT_TRUE(MoveBeneath(ws_fd_.get(), "a.txt", "new/dir/b.txt", u, g).ok());
+  EXPECT_FALSE(fs::exists(Ws("a.txt")));
+  EXPECT_EQ(Slurp(Ws("new/dir/b.txt")), "a");
+  ASSERT_TRUE(MoveBeneath(ws_fd_.get(), "new", "renamed", u, g).ok());
+  EXPECT_EQ(Slurp(Ws("renamed/dir/b.txt")), "a");
+  EXPECT_EQ(CodeOf(MoveBeneath(ws_fd_.get(), "missing", "x", u, g)), Code::kNotFound);
+  EXPECT_EQ(CodeOf(MoveBeneath(ws_fd_.get(), "renamed", "renamed/dir/inside", u, g)),
+            Code::kFailedPrecondition);
+  // A link is moved as a link: what it points to outside stays where it is.
+  Spit(outside_.path() + "/keep.txt", "outside");
+  ASSERT_EQ(::symlink((outside_.path() + "/keep.txt").c_str(), Ws("link").c_str()), 0);
+  ASSERT_TRUE(MoveBeneath(ws_fd_.get(), "link", "moved-link", u, g).ok());
+  EXPECT_TRUE(fs::is_symlink(Ws("moved-link")));
+  EXPECT_EQ(Slurp(outside_.path() + "/keep.txt"), "outside");
+  // Through a link on the way, in either path: refused.
+  ASSERT_EQ(::symlink(outside_.path().c_str(), Ws("out").c_str()), 0);
+  EXPECT_EQ(CodeOf(MoveBeneath(ws_fd_.get(), "out/keep.txt", "stolen.txt", u, g)),
+            Code::kInvalidArgument);
+  EXPECT_EQ(CodeOf(MoveBeneath(ws_fd_.get(), "renamed/dir/b.txt", "out/b.txt", u, g)),
+            Code::kInvalidArgument);
+  EXPECT_FALSE(fs::exists(outside_.path() + "/b.txt"));
+}
+
 TEST_F(WorkspaceFilesTest, ScopedFsIdsCreatesAsTheSandboxOwnerAndRestores) {
   if (::geteuid() != 0) GTEST_SKIP() << "setfsuid to another id needs root (CAP_SETUID)";
   constexpr uid_t kUid = 65534;

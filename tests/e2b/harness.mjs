@@ -53,7 +53,16 @@ export async function startServer() {
   const dataDir = path.join(dir, 'data');
   const outPath = path.join(dir, 'serve.stdout');
   const errPath = path.join(dir, 'serve.stderr');
-  const child = spawn(KILN, ['serve', '--listen', '127.0.0.1:0', '--data-dir', dataDir], {
+  // The repository's kiln.toml (the built-in configuration, copied here by
+  // setup.sh), with a request rate that the tests' bursts of file calls do not
+  // reach (10/s, burst 20 by default), as tests/integration's configurations.
+  const configPath = path.join(dir, 'kiln.toml');
+  const builtIn = fs.readFileSync(new URL('./kiln.toml', import.meta.url), 'utf8');
+  const config = builtIn.replace(/^rate = 10\b/m, 'rate = 1000').replace(/^burst = 20\b/m, 'burst = 1000');
+  if (config.match(/^(rate|burst) = 1000\b/gm)?.length !== 2)
+    throw new Error('kiln.toml has no [tenants.default] rate = 10 and burst = 20 to raise');
+  fs.writeFileSync(configPath, config);
+  const child = spawn(KILN, ['serve', '--listen', '127.0.0.1:0', '--data-dir', dataDir, '--config', configPath], {
     stdio: ['ignore', fs.openSync(outPath, 'w'), fs.openSync(errPath, 'w')],
     env: { ...process.env, KILN_LOG: 'info' },
   });

@@ -160,6 +160,16 @@ describe('E2B SDK against kiln serve', () => {
     await assert.rejects(Sandbox.connect(mine.sandboxId, { apiKey: otherKey }), /not found/);
     assert.equal(await Sandbox.kill(mine.sandboxId, { apiKey: otherKey }), false);
     assert.equal(await Sandbox.kill(theirs.sandboxId), false);
+    // In-sandbox calls take that sandbox's own token: the other's is refused.
+    const res = await fetch(`${server.url}/files?path=x`, {
+      headers: { 'E2b-Sandbox-Id': mine.sandboxId, 'E2b-Sandbox-Port': '49983', 'X-Access-Token': theirs.envdAccessToken },
+    });
+    assert.equal(res.status, 401);
+    // Each has a workspace of its own at /home/user.
+    await mine.files.write('/home/user/same.txt', 'mine');
+    await theirs.files.write('/home/user/same.txt', 'theirs');
+    assert.equal(await mine.files.read('/home/user/same.txt'), 'mine');
+    assert.equal((await theirs.runCode("open('/home/user/same.txt').read()")).text, "'theirs'");
     // Both still run.
     assert.equal((await mine.runCode('1 + 1')).text, '2');
     assert.equal((await theirs.runCode('2 + 2')).text, '4');
@@ -221,17 +231,52 @@ describe('E2B SDK against kiln serve', () => {
     await assert.rejects(Sandbox.create({ envs: { LD_PRELOAD: 'x' } }), /envVars\.LD_PRELOAD/);
     await assert.rejects(Sandbox.create('no-such-template'), /no kiln profile/);
     const sbx = await create();
-    // The SDK keeps only the status of a 501 (its extractError reads the body
-    // of 404 and 502 alone); kiln's body says why (docs/e2b.md).
-    await assert.rejects(sbx.createCodeContext(), /501/);
-    await assert.rejects(sbx.runCode('1', { envs: { A: 'b' } }), /env_vars|400/);
+    // The SDK keeps only the status of a 400 (its extractError reads the body
+    // of 404 and 502 alone); kiln's body names the variable (the wire test).
+    await assert.rejects(sbx.runCode('1', { envs: { LD_PRELOAD: 'x' } }), /400/);
+    await assert.rejects(sbx.createCodeContext({ language: 'r' }), /400/);
+  });
+
+  test('a second code context: separate state and count, restart empties one only, remove', async () => {
+    const sbx = await create();
+    await sbx.runCode("x = 'default'");
+    const ctx = await sbx.createCodeContext();
+    assert.match(ctx.id, /^[0-9a-f]{32}$/);
+    assert.equal(ctx.language, 'python');
+    await sbx.runCode("x = 'second'", { context: ctx });
+    assert.equal((await sbx.runCode('x')).text, "'default'");
+    const second = await sbx.runCode('x', { context: ctx });
+    assert.equal(second.text, "'second'");
+    assert.equal(second.executionCount, 2);
+    // State of one is not visible in another.
+    const other = await sbx.createCodeContext();
+    const missing = await sbx.runCode('x', { context: other });
+    assert.equal(missing.error?.name, 'NameError');
+    const ids = (await sbx.listCodeContexts()).map((c) => c.id).sort();
+    assert.deepEqual(ids, ['default', ctx.id, other.id].sort());
+    // Restart empties that context only.
+    await sbx.restartCodeContext(ctx);
+    assert.equal((await sbx.runCode('x', { context: ctx })).error?.name, 'NameError');
+    assert.equal((await sbx.runCode('x')).text, "'default'");
+    await sbx.removeCodeContext(other.id);
+    assert.deepEqual((await sbx.listCodeContexts()).map((c) => c.id).sort(), ['default', ctx.id].sort());
+    await assert.rejects(sbx.runCode('1', { context: other }), /not found/);
+  });
+
+  test('runCode with envs: the cell sees them, the next cell does not', async () => {
+    const sbx = await create({ envs: { KEPT: 'session' } });
+    const code = "import os, subprocess\n(os.environ.get('CELL'), os.environ.get('KEPT'), " +
+      "subprocess.run(['/usr/bin/printenv', 'CELL'], capture_output=True, text=True).stdout)";
+    const withEnv = await sbx.runCode(code, { envs: { CELL: 'one cell', KEPT: 'overridden' } });
+    assert.equal(withEnv.text, "('one cell', 'overridden', 'one cell\\n')");
+    assert.equal((await sbx.runCode(code)).text, "(None, 'session', '')");
   });
 
   test('files: write, read what the code wrote, binary-safe, missing is NotFound', async () => {
     const sbx = await create();
     const info = await sbx.files.write('notes/hello.txt', 'hi from the SDK');
     assert.equal(info.name, 'hello.txt');
-    assert.equal(info.path, 'notes/hello.txt');
+    assert.equal(info.path, '/home/user/notes/hello.txt');
     const seen = await sbx.runCode("open('notes/hello.txt').read()");
     assert.equal(seen.text, "'hi from the SDK'");
     await sbx.runCode("open('out.bin', 'wb').write(bytes(range(256)))");
@@ -254,13 +299,226 @@ describe('E2B SDK against kiln serve', () => {
       [['notes', 'dir'], ['out.bin', 'file']],
     );
     const deep = await sbx.files.list('.', { depth: 2 });
-    assert.ok(deep.some((e) => e.path === 'notes/hello.txt' && e.type === 'file'));
+    assert.ok(deep.some((e) => e.path === '/home/user/notes/hello.txt' && e.type === 'file'));
     assert.deepEqual((await sbx.files.list('notes')).map((e) => e.name), ['hello.txt']);
     await sbx.files.remove('out.bin');
     assert.equal(await sbx.files.exists('out.bin'), false);
     assert.equal((await sbx.runCode("import os; os.path.exists('out.bin')")).text, 'False');
-    // Absolute paths are not mapped yet (docs/e2b.md): refused with the reason.
-    await assert.rejects(sbx.files.write('/etc/x', 'no'), /relative to the workspace/);
+    // Absolute paths outside /home/user (the workspace) are refused with the reason.
+    await assert.rejects(sbx.files.write('/etc/x', 'no'), /outside \/home\/user, the sandbox's workspace/);
+  });
+
+  test('files.makeDir, rename and remove: parents made, a directory moved and removed whole', async () => {
+    const sbx = await create();
+    assert.equal(await sbx.files.makeDir('a/b/c'), true);
+    // E2B's answer for a directory that exists: false, not an error.
+    assert.equal(await sbx.files.makeDir('a/b/c'), false);
+    assert.equal((await sbx.runCode("import os; os.path.isdir('a/b/c')")).text, 'True');
+    await sbx.files.write('a/b/c/f.txt', 'inside');
+    const moved = await sbx.files.rename('a', 'z');
+    assert.equal(moved.name, 'z');
+    assert.equal(moved.path, '/home/user/z');
+    assert.equal(moved.type, 'dir');
+    assert.equal(await sbx.files.exists('a'), false);
+    assert.equal((await sbx.runCode("open('z/b/c/f.txt').read()")).text, "'inside'");
+    // A file to a new name in a directory that does not exist yet.
+    const file = await sbx.files.rename('z/b/c/f.txt', 'moved/here.txt');
+    assert.deepEqual([file.name, file.type, file.size], ['here.txt', 'file', 'inside'.length]);
+    assert.equal(await sbx.files.read('moved/here.txt'), 'inside');
+    await assert.rejects(sbx.files.rename('no-such', 'x'), (err) => {
+      assert.equal(err.name, 'FileNotFoundError', `${err.name}: ${err.message}`);
+      return true;
+    });
+    // What rename(2) refuses is refused, with the kernel's reason.
+    await assert.rejects(sbx.files.rename('z', 'z/b/inside'), /failed_precondition\] cannot move 'z' to 'z\/b\/inside'/);
+    // remove takes a directory with everything in it (envd's os.RemoveAll).
+    await sbx.files.write('z/b/deep.txt', 'x');
+    await sbx.files.remove('z');
+    assert.equal(await sbx.files.exists('z'), false);
+    assert.equal((await sbx.runCode("import os; os.path.exists('z')")).text, 'False');
+    await assert.rejects(sbx.files.remove('z'), (err) => err.name === 'FileNotFoundError');
+  });
+
+  test('files.makeDir, rename and remove stay in the workspace: .., links and absolute paths refused', async () => {
+    const sbx = await create();
+    await sbx.files.write('mine.txt', 'mine');
+    const refused = (re) => (err) => {
+      assert.equal(err.name, 'InvalidArgumentError', `${err.name}: ${err.message}`);
+      assert.match(err.message, re);
+      return true;
+    };
+    await assert.rejects(sbx.files.makeDir('../escape'), refused(/'\.\.'/));
+    await assert.rejects(sbx.files.rename('mine.txt', '../../tmp/stolen'), refused(/'\.\.'/));
+    await assert.rejects(sbx.files.rename('a/../../x', 'y'), refused(/'\.\.'/));
+    await assert.rejects(sbx.files.remove('..'), refused(/'\.\.'/));
+    await assert.rejects(sbx.files.remove('/etc/hostname'), refused(/workspace/));
+    await assert.rejects(sbx.files.rename('/etc/hostname', 'h'), refused(/workspace/));
+    await assert.rejects(sbx.files.makeDir('/tmp/outside'), refused(/workspace/));
+    // The code makes links out of the workspace; the host never follows them.
+    await sbx.runCode("import os\nos.symlink('/tmp', 'tmp-link')\nos.makedirs('/tmp/target', exist_ok=True)\nopen('/tmp/target/keep.txt', 'w').write('kept')");
+    await assert.rejects(sbx.files.makeDir('tmp-link/x'), refused(/symlink/));
+    await assert.rejects(sbx.files.rename('tmp-link/target/keep.txt', 'stolen.txt'), refused(/symlink/));
+    await assert.rejects(sbx.files.rename('mine.txt', 'tmp-link/mine.txt'), refused(/symlink/));
+    await assert.rejects(sbx.files.remove('tmp-link/target'), refused(/symlink/));
+    // Renaming or removing the link itself touches the link only.
+    const link = await sbx.files.rename('tmp-link', 'renamed-link');
+    assert.equal(link.type, 'symlink');
+    await sbx.files.remove('renamed-link');
+    const seen = await sbx.runCode(
+      "(os.path.lexists('renamed-link'), open('/tmp/target/keep.txt').read(), os.path.exists('/tmp/outside'), open('mine.txt').read())",
+    );
+    assert.equal(seen.text, "(False, 'kept', False, 'mine')");
+    // The workspace itself is neither removed nor moved.
+    await assert.rejects(sbx.files.remove('.'), refused(/workspace itself/));
+    await assert.rejects(sbx.files.rename('.', 'elsewhere'), refused(/workspace itself/));
+  });
+
+  test("the workspace is E2B's /home/user: absolute paths, the code's and the command's cwd", async () => {
+    const sbx = await create();
+    const info = await sbx.files.write('/home/user/a.txt', 'at home');
+    assert.deepEqual([info.name, info.path], ['a.txt', '/home/user/a.txt']);
+    const code = await sbx.runCode("import os\n(open('/home/user/a.txt').read(), os.getcwd(), open('a.txt').read())");
+    assert.equal(code.text, "('at home', '/home/user', 'at home')");
+    const pwd = await sbx.commands.run('pwd; cat /home/user/a.txt');
+    assert.equal(pwd.stdout, '/home/user\nat home');
+    // Relative and absolute name the same file, for every files call.
+    assert.equal(await sbx.files.read('/home/user/a.txt'), 'at home');
+    assert.equal(await sbx.files.read('a.txt'), 'at home');
+    assert.equal(await sbx.files.exists('/home/user/a.txt'), true);
+    assert.equal(await sbx.files.makeDir('/home/user/d/e'), true);
+    const moved = await sbx.files.rename('/home/user/a.txt', '/home/user/d/e/b.txt');
+    assert.equal(moved.path, '/home/user/d/e/b.txt');
+    assert.deepEqual((await sbx.files.list('/home/user')).map((e) => [e.name, e.path]), [['d', '/home/user/d']]);
+    assert.deepEqual((await sbx.files.list('/home/user/d/e')).map((e) => e.path), ['/home/user/d/e/b.txt']);
+    const home = await sbx.files.getInfo('/home/user');
+    assert.deepEqual([home.name, home.type, home.path], ['user', 'dir', '/home/user']);
+    // What the code writes at /home/user is the workspace's: listed, read.
+    await sbx.runCode("open('/home/user/by-code.csv', 'w').write('a,b\\n1,2\\n')");
+    assert.equal(await sbx.files.read('by-code.csv'), 'a,b\n1,2\n');
+    await sbx.files.remove('/home/user/d');
+    assert.equal((await sbx.runCode("os.path.exists('/home/user/d')")).text, 'False');
+    // A cell's own chdir lasts, as in a notebook; a command still starts at home.
+    await sbx.runCode("os.chdir('/tmp')");
+    assert.equal((await sbx.runCode('os.getcwd()')).text, "'/tmp'");
+    assert.equal((await sbx.commands.run('pwd')).stdout, '/home/user\n');
+    // The contexts say where they run; another cwd is refused with the reason.
+    assert.equal((await sbx.createCodeContext()).cwd, '/home/user');
+    await assert.rejects(sbx.createCodeContext({ cwd: '/tmp' }), /400/);
+    // A name that only starts like /home/user is outside the workspace.
+    const homeDir = '/home/user';
+    await assert.rejects(sbx.files.write(`${homeDir}data/x`, 'no'), /outside \/home\/user/);
+    await assert.rejects(sbx.files.write('/home', 'no'), /outside \/home\/user/);
+    await assert.rejects(sbx.files.read('/home/user/../../etc/passwd'), /'\.\.'/);
+  });
+
+  test('what needs wildcard DNS: getHost names a host kiln cannot serve, signed URLs are refused saying why', async () => {
+    const sbx = await create();
+    // getHost is the SDK's own computation (PORT-ID.DOMAIN): no request is made.
+    assert.match(sbx.getHost(8080), new RegExp(`^8080-${sbx.sandboxId}\\.`));
+    await sbx.files.write('/home/user/dl.txt', 'x');
+    // With E2B_SANDBOX_URL the signed URL is kiln's /files with a signature and no sandbox id.
+    const download = await sbx.downloadUrl('/home/user/dl.txt');
+    assert.match(download, /\/files\?.*signature=/);
+    let res = await fetch(download);
+    assert.equal(res.status, 501);
+    let body = await res.json();
+    assert.equal(body.code, 501);
+    assert.match(body.message, /wildcard DNS/);
+    res = await fetch(await sbx.uploadUrl('/home/user/up.txt'), { method: 'POST', body: new FormData() });
+    assert.equal(res.status, 501);
+    assert.match((await res.json()).message, /downloadUrl, uploadUrl/);
+    assert.equal(await sbx.files.exists('/home/user/up.txt'), false);
+  });
+
+  test("commands.run('ls; echo err >&2'): exit code and both streams, from the sandbox", async () => {
+    const sbx = await create();
+    await sbx.files.write('seen-by-ls.txt', 'x');
+    const r = await sbx.commands.run('ls; echo err >&2');
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.stdout, 'seen-by-ls.txt\n');
+    assert.equal(r.stderr, 'err\n');
+    // A command sees what the code wrote, and the code what the command wrote.
+    await sbx.runCode("open('from-code.txt', 'w').write('by runCode')");
+    assert.equal((await sbx.commands.run('cat from-code.txt')).stdout, 'by runCode');
+    await sbx.commands.run('echo by-bash > from-bash.txt');
+    assert.equal((await sbx.runCode("open('from-bash.txt').read()")).text, "'by-bash\\n'");
+    // A command is not a cell of the interpreter: only the two runCode calls counted.
+    assert.equal((await sbx.runCode('1')).executionCount, 3);
+  });
+
+  test('a failing command is a CommandExitError with its exit code and output', async () => {
+    const sbx = await create();
+    await assert.rejects(sbx.commands.run('echo partial; echo why >&2; exit 3'), (err) => {
+      assert.equal(err.name, 'CommandExitError', `${err.name}: ${err.message}`);
+      assert.equal(err.exitCode, 3);
+      assert.equal(err.stdout, 'partial\n');
+      assert.equal(err.stderr, 'why\n');
+      return true;
+    });
+    // A program that cannot start is an error of the call, not an exit code.
+    await assert.rejects(sbx.commands.run('true', { cwd: '/no/such/dir' }), /FileNotFoundError|no\/such/);
+    // The sandbox goes on.
+    assert.equal((await sbx.commands.run('echo still here')).stdout, 'still here\n');
+  });
+
+  test('commands: envs, cwd, onStdout/onStderr as output is produced, a login shell', async () => {
+    const sbx = await create({ envs: { FROM_SANDBOX: 'sbx' } });
+    const events = [];
+    const started = Date.now();
+    const r = await sbx.commands.run(
+      'echo "$GREETING $FROM_SANDBOX $(pwd)"; sleep 1.5; echo late >&2; shopt -q login_shell && echo login',
+      {
+        envs: { GREETING: 'hi' },
+        cwd: '/tmp',
+        onStdout: (d) => events.push(['stdout', d, Date.now() - started]),
+        onStderr: (d) => events.push(['stderr', d, Date.now() - started]),
+      },
+    );
+    assert.equal(r.stdout, 'hi sbx /tmp\nlogin\n');
+    // Each stream in order (two pipes: no order between them).
+    assert.deepEqual(events.filter((e) => e[0] === 'stdout').map((e) => e[1]), ['hi sbx /tmp\n', 'login\n']);
+    assert.deepEqual(events.filter((e) => e[0] === 'stderr').map((e) => e[1]), ['late\n']);
+    const total = Date.now() - started;
+    assert.ok(events[0][2] < total - 1000, `stdout at ${events[0][2]} ms of ${total} ms`);
+    // kiln's own names are refused, naming the variable, as for the session's env.
+    await assert.rejects(sbx.commands.run('true', { envs: { LD_PRELOAD: 'x' } }), /process\.envs\.LD_PRELOAD/);
+  });
+
+  test('a background command: listed, killed, and stdin is refused with the reason', async () => {
+    const sbx = await create();
+    const handle = await sbx.commands.run('echo started; sleep 60', { background: true });
+    assert.ok(Number.isInteger(handle.pid) && handle.pid > 0, `pid ${handle.pid}`);
+    const listed = await sbx.commands.list();
+    assert.deepEqual(listed.map((p) => [p.pid, p.cmd, p.args]), [[handle.pid, '/bin/bash', ['-l', '-c', 'echo started; sleep 60']]]);
+    await assert.rejects(sbx.commands.sendStdin(handle.pid, 'x'), /stdin/);
+    assert.equal(await sbx.commands.kill(handle.pid + 1000), false);
+    assert.equal(await handle.kill(), true);
+    await assert.rejects(handle.wait(), (err) => {
+      assert.equal(err.name, 'CommandExitError', `${err.name}: ${err.message}`);
+      assert.equal(err.stdout, 'started\n');
+      return true;
+    });
+    assert.deepEqual(await sbx.commands.list(), []);
+    // The sandbox (and its interpreter state) goes on.
+    assert.equal((await sbx.commands.run('echo after')).stdout, 'after\n');
+  });
+
+  test('a command is in the jail: no new privileges, seccomp, no network, read-only root', async () => {
+    const sbx = await create();
+    const status = (await sbx.commands.run('cat /proc/self/status')).stdout;
+    assert.match(status, /^NoNewPrivs:\s+1$/m);
+    assert.match(status, /^Seccomp:\s+2$/m);
+    // The same uid as the code's, not root.
+    const uid = (await sbx.runCode('import os; os.getuid()')).text;
+    assert.match(status, new RegExp(`^Uid:\\s+${uid}\\s`, 'm'));
+    assert.notEqual(uid, '0');
+    const net = await sbx.commands.run('(echo > /dev/tcp/1.1.1.1/53) 2>/dev/null && echo connected || echo refused');
+    assert.equal(net.stdout, 'refused\n');
+    await assert.rejects(sbx.commands.run('touch /usr/kiln-e2b-probe'), (err) => {
+      assert.equal(err.name, 'CommandExitError');
+      assert.match(err.stderr, /Read-only file system/);
+      return true;
+    });
   });
 
   test('the sandbox is the kiln jail: no network, read-only root', async () => {
@@ -318,6 +576,51 @@ describe('E2B SDK against kiln serve', () => {
     const ref = await res.json();
     assert.equal(ref.stdout, '1\n');
     assert.equal(ref.exit_code, 0);
+    // A cell's env_vars are checked as the session's: kiln's names refused, named.
+    const inSandbox = { 'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': sbx.envdAccessToken };
+    res = await fetch(`${server.url}/execute`, {
+      method: 'POST',
+      headers: { ...inSandbox, 'E2b-Sandbox-Port': '49999', 'Content-Type': 'application/json' },
+      body: JSON.stringify({ code: '1', env_vars: { LD_PRELOAD: 'x' } }),
+    });
+    assert.equal(res.status, 400);
+    assert.match((await res.json()).message, /env_vars\.LD_PRELOAD/);
+    // process.Process/Start is Connect streaming: envelopes in, envelopes out;
+    // a body that is not one is an end-of-stream error (flag 0x02), HTTP 200.
+    const start = (body) => fetch(`${server.url}/process.Process/Start`, {
+      method: 'POST',
+      headers: { ...inSandbox, 'E2b-Sandbox-Port': '49983', 'Content-Type': 'application/connect+json' },
+      body,
+    });
+    const envelopes = (buf) => {
+      const out = [];
+      for (let i = 0; i < buf.length;) {
+        const n = buf.readUInt32BE(i + 1);
+        out.push([buf[i], JSON.parse(buf.subarray(i + 5, i + 5 + n).toString())]);
+        i += 5 + n;
+      }
+      return out;
+    };
+    const envelope = (obj) => {
+      const msg = Buffer.from(JSON.stringify(obj));
+      const head = Buffer.alloc(5);
+      head.writeUInt32BE(msg.length, 1);
+      return Buffer.concat([head, msg]);
+    };
+    res = await start(Buffer.from([0, 0, 0, 0, 9, 0x7b]));
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get('content-type'), 'application/connect+json');
+    let got = envelopes(Buffer.from(await res.arrayBuffer()));
+    assert.deepEqual(got.map((e) => e[0]), [2]);
+    assert.equal(got[0][1].error.code, 'invalid_argument');
+    assert.match(got[0][1].error.message, /cut short/);
+    res = await start(envelope({ process: { cmd: '/bin/bash', args: ['-c', 'printf hi; exit 4'] } }));
+    got = envelopes(Buffer.from(await res.arrayBuffer()));
+    assert.deepEqual(got.map((e) => [e[0], Object.keys(e[1].event ?? {})[0]]),
+      [[0, 'start'], [0, 'data'], [0, 'end'], [2, undefined]]);
+    assert.equal(Buffer.from(got[1][1].event.data.stdout, 'base64').toString(), 'hi');
+    assert.equal(got[2][1].event.end.exitCode, 4);
+    assert.deepEqual(got[3][1], {});
   });
 
   test('a wrong key is refused in E2B\'s error shape', async () => {

@@ -11,6 +11,7 @@ src=$(cd "$1" && pwd) || exit 1
 dir=$2
 mkdir -p "$dir"
 cp "$src"/package.json "$src"/package-lock.json "$src"/*.mjs "$dir"/ || exit 1
+cp "$src"/../../kiln.toml "$dir"/kiln.toml || exit 1  # the built-in configuration (harness.mjs)
 command -v node >/dev/null || { echo "SKIP: node is not installed (the E2B SDK tests need Node 20+)"; exit 77; }
 command -v npm >/dev/null || { echo "SKIP: npm is not installed (it installs the E2B SDKs)"; exit 77; }
 stamp="$dir/node_modules/.kiln-package-lock.json"

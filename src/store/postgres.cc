@@ -119,6 +119,19 @@ CREATE TABLE webhook_queue (
 );
 CREATE INDEX webhook_queue_next ON webhook_queue(next_ms);
 )sql",
+    // 2: the node registry (SQLite's version 6).
+    R"sql(
+ALTER TABLE executions ADD COLUMN node TEXT COLLATE "C";
+CREATE INDEX executions_node_running ON executions(node) WHERE status = 'running';
+CREATE TABLE nodes (
+  id           TEXT COLLATE "C" PRIMARY KEY,
+  address      TEXT NOT NULL,
+  started_ms   BIGINT NOT NULL,
+  heartbeat_ms BIGINT NOT NULL,
+  draining     BIGINT NOT NULL DEFAULT 0,
+  lost_ms      BIGINT
+);
+)sql",
 };
 static_assert(std::size(kPgMigrations) == kPostgresSchemaVersion);
 

@@ -126,6 +126,20 @@ CREATE TABLE webhook_queue (
 ) STRICT;
 CREATE INDEX webhook_queue_next ON webhook_queue(next_ms);
 )sql",
+    // 6: the node registry of a fleet (docs/adr/0020), and which node ran
+    // each execution (NULL: a single node's).
+    R"sql(
+ALTER TABLE executions ADD COLUMN node TEXT;
+CREATE INDEX executions_node_running ON executions(node) WHERE status = 'running';
+CREATE TABLE nodes (
+  id           TEXT PRIMARY KEY NOT NULL,
+  address      TEXT NOT NULL,
+  started_ms   INTEGER NOT NULL,
+  heartbeat_ms INTEGER NOT NULL,
+  draining     INTEGER NOT NULL DEFAULT 0,
+  lost_ms      INTEGER
+) STRICT;
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion);
 

@@ -206,11 +206,12 @@ Status Store::BeginExecution(const AuditStart& start) {
   KILN_TRY(Run(
       "insert execution",
       Sql("INSERT INTO executions (id, tenant, key_id, profile, session_id, "
-          "client_addr, started_ms, status, code, code_sha256, code_size) "
-          "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)",
+          "client_addr, started_ms, status, code, code_sha256, code_size, node) "
+          "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
           start.id, start.tenant, start.key_id, start.profile, start.session_id, start.client_addr,
           start.started_ms, start.store_code ? Value::Text(start.code) : Value::Null(), sha,
-          ToInt64(start.code.size()))));
+          ToInt64(start.code.size()),
+          options_.node_id.empty() ? Value::Null() : Value::Text(options_.node_id))));
   return OkStatus();
 }
 
@@ -282,7 +283,7 @@ Result<std::vector<AuditRow>> Store::Query(const AuditQuery& query) {
       "SELECT id, tenant, key_id, profile, session_id, client_addr, started_ms, ended_ms, "
       "status, code, code_sha256, code_size, exit_code, signal, duration_ms, cpu_ms, "
       "peak_memory_bytes, stdout_bytes, stderr_bytes, stdout_truncated, stderr_truncated, "
-      "policy_violation, reason FROM executions WHERE 1 = 1");
+      "policy_violation, reason, node FROM executions WHERE 1 = 1");
   sql.AndIf(query.tenant, "tenant = ?")
       .AndIf(query.session_id, "session_id = ?")
       .AndIf(query.status, "status = ?")
@@ -316,6 +317,7 @@ Result<std::vector<AuditRow>> Store::Query(const AuditQuery& query) {
     r.stderr_truncated = row.OptBool(20);
     r.policy_violation = row.OptText(21);
     r.reason = row.OptText(22);
+    r.node = row.OptText(23);
     rows.push_back(std::move(r));
   }
   return rows;
@@ -500,6 +502,61 @@ Result<std::vector<TenantUsage>> Store::UsageSince(int64_t since_ms) {
   std::vector<TenantUsage> out;
   for (auto& [name, u] : by_tenant) out.push_back(std::move(u));
   return out;
+}
+
+// --- The node registry.
+
+Status Store::Heartbeat(const NodeRow& n) {
+  const int64_t now = Now();
+  KILN_TRY(Run("node heartbeat",
+               Sql("INSERT INTO nodes (id, address, started_ms, heartbeat_ms, draining, lost_ms) "
+                   "VALUES (?, ?, ?, ?, ?, NULL) ON CONFLICT (id) DO UPDATE SET "
+                   "address = excluded.address, heartbeat_ms = excluded.heartbeat_ms, "
+                   "draining = excluded.draining, lost_ms = NULL",
+                   n.id, n.address, n.started_ms != 0 ? n.started_ms : now, now, n.draining)));
+  return OkStatus();
+}
+
+Result<std::vector<NodeRow>> Store::ListNodes() {
+  KILN_ASSIGN_OR_RETURN(Rows q, Run("list nodes", Sql("SELECT id, address, started_ms, "
+                                                      "heartbeat_ms, draining, lost_ms FROM nodes "
+                                                      "ORDER BY id")));
+  std::vector<NodeRow> out;
+  for (const Row& r : q.rows) {
+    out.push_back(NodeRow{r.Text(0), r.Text(1), r.Int(2), r.Int(3), r.Int(4) != 0, r.OptInt(5)});
+  }
+  return out;
+}
+
+Status Store::RemoveNode(std::string_view id) {
+  KILN_TRY(Run("remove node", Sql("DELETE FROM nodes WHERE id = ?", id)));
+  return OkStatus();
+}
+
+Result<int> Store::MarkNodeInterrupted(std::string_view node, std::string_view reason) {
+  KILN_ASSIGN_OR_RETURN(Rows u, Run("mark node's executions interrupted",
+                                    Sql("UPDATE executions SET status = 'interrupted', "
+                                        "ended_ms = ?, reason = ? WHERE status = 'running' AND "
+                                        "node = ?",
+                                        Now(), reason, node)));
+  return static_cast<int>(u.changes);
+}
+
+Result<std::vector<std::string>> Store::ReapLostNodes(int64_t timeout_ms) {
+  const int64_t now = Now();
+  KILN_ASSIGN_OR_RETURN(
+      Rows claimed,
+      Run("claim lost nodes", Sql("UPDATE nodes SET lost_ms = ? WHERE heartbeat_ms < ? AND "
+                                  "lost_ms IS NULL RETURNING id",
+                                  now, now - timeout_ms)));
+  std::vector<std::string> ids;
+  for (const Row& r : claimed.rows) {
+    ids.push_back(r.Text(0));
+    KILN_TRY(MarkNodeInterrupted(ids.back(), "node " + ids.back() +
+                                                 " was lost (its heartbeat expired) before the "
+                                                 "execution finished"));
+  }
+  return ids;
 }
 
 // --- The webhook queue.

@@ -50,9 +50,9 @@ inline constexpr int kDefaultRetentionDays = 30;
 inline constexpr int64_t kDayMs = 86'400'000;
 // The schema this build writes; Open migrates older databases to it and
 // refuses newer ones.
-inline constexpr int kSchemaVersion = 5;
+inline constexpr int kSchemaVersion = 6;
 // The same for a PostgreSQL store (its own series of migrations, postgres.cc).
-inline constexpr int kPostgresSchemaVersion = 1;
+inline constexpr int kPostgresSchemaVersion = 2;
 
 // Where kiln keeps its state when --data-dir is not given: /var/lib/kiln for
 // root, else $XDG_STATE_HOME/kiln (when set and absolute), else
@@ -73,6 +73,20 @@ struct OpenOptions {
   std::function<int64_t()> now_ms;
   // PostgreSQL only: connections in the pool (SQLite has one).
   int pool_size = 4;
+  // The node this store serves, in a fleet (docs/adr/0020): every audit row
+  // BeginExecution writes names it, so another node can mark them
+  // interrupted when this one is lost. "" on a single node.
+  std::string node_id;
+};
+
+// One kiln node of a fleet, as the node registry holds it.
+struct NodeRow {
+  std::string id;       // [a-z0-9-], 1-32 chars: also the key in session ids
+  std::string address;  // host:port where the node serves HTTP
+  int64_t started_ms = 0;
+  int64_t heartbeat_ms = 0;        // the node's last heartbeat
+  bool draining = false;           // it takes no new sessions
+  std::optional<int64_t> lost_ms;  // when another node found its heartbeat expired
 };
 
 // What may be shown about a key: never its secret or hash.
@@ -143,6 +157,7 @@ struct AuditRow {
   std::optional<bool> stdout_truncated, stderr_truncated;
   std::optional<std::string> policy_violation;
   std::optional<std::string> reason;
+  std::optional<std::string> node;  // the fleet node that ran it (nullopt on a single node)
 };
 
 // Filters are ANDed; unset ones match everything. Newest first.
@@ -318,6 +333,23 @@ class Store final {
   Status SetLockdown(const LockdownState& state);
   Result<LockdownState> GetLockdown();  // on = false when never set
   Result<std::vector<TenantUsage>> UsageSince(int64_t since_ms);
+
+  // --- The node registry (a fleet sharing a PostgreSQL store; SQLite holds
+  // it too, for one node).
+  // Inserts or refreshes the node's row: address, draining, heartbeat_ms =
+  // now, lost_ms cleared (a node found lost that beats again is back).
+  Status Heartbeat(const NodeRow& node);
+  // Every node, by id.
+  Result<std::vector<NodeRow>> ListNodes();
+  // The node left cleanly: its row is deleted.
+  Status RemoveNode(std::string_view id);
+  // Claims every node whose heartbeat is older than now - timeout_ms and that
+  // no node has claimed yet (one UPDATE ... RETURNING: of nodes reaping at
+  // once, each lost node goes to exactly one), sets its lost_ms, and marks
+  // its running audit rows "interrupted". Returns the claimed ids.
+  Result<std::vector<std::string>> ReapLostNodes(int64_t timeout_ms);
+  // The running rows of `node` become "interrupted" with `reason`; how many.
+  Result<int> MarkNodeInterrupted(std::string_view node, std::string_view reason);
 
   // --- The webhook queue.
   Status EnqueueWebhook(const WebhookDelivery& d);

@@ -244,6 +244,7 @@ KILN_STORE_SUITE(StoreEvents);
 KILN_STORE_SUITE(StoreDurability);
 KILN_STORE_SUITE(StoreConcurrency);
 KILN_STORE_SUITE(StoreControls);
+KILN_STORE_SUITE(StoreNodes);
 #undef KILN_STORE_SUITE
 
 // --- Keys.
@@ -949,6 +950,91 @@ TEST_P(StoreControls, WebhookQueueDueRetryDone) {
   queued = s->WebhookQueued();
   ASSERT_TRUE(queued.ok());
   EXPECT_EQ(*queued, 2);
+}
+
+// --- The node registry.
+
+TEST_P(StoreNodes, HeartbeatListDrainRemove) {
+  int64_t now = 1'000'000;
+  auto s = Open(FakeClock(&now));
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->Heartbeat(NodeRow{"n2", "127.0.0.1:8082", 0, 0, false, std::nullopt}).ok());
+  ASSERT_TRUE(s->Heartbeat(NodeRow{"n1", "127.0.0.1:8081", 0, 0, false, std::nullopt}).ok());
+  now += 2000;
+  ASSERT_TRUE(s->Heartbeat(NodeRow{"n1", "127.0.0.1:9091", 0, 0, true, std::nullopt}).ok());
+  auto nodes = s->ListNodes();
+  ASSERT_TRUE(nodes.ok()) << nodes.error().ToString();
+  ASSERT_EQ(nodes->size(), 2u);
+  EXPECT_EQ((*nodes)[0].id, "n1");
+  EXPECT_EQ((*nodes)[0].address, "127.0.0.1:9091");
+  EXPECT_EQ((*nodes)[0].started_ms, 1'000'000);  // the first beat's, kept
+  EXPECT_EQ((*nodes)[0].heartbeat_ms, 1'002'000);
+  EXPECT_TRUE((*nodes)[0].draining);
+  EXPECT_FALSE((*nodes)[0].lost_ms.has_value());
+  EXPECT_EQ((*nodes)[1].id, "n2");
+  EXPECT_EQ((*nodes)[1].heartbeat_ms, 1'000'000);
+  EXPECT_FALSE((*nodes)[1].draining);
+  ASSERT_TRUE(s->RemoveNode("n2").ok());
+  nodes = s->ListNodes();
+  ASSERT_TRUE(nodes.ok());
+  ASSERT_EQ(nodes->size(), 1u);
+  EXPECT_EQ((*nodes)[0].id, "n1");
+}
+
+TEST_P(StoreNodes, ALostNodesRunningRowsAreInterruptedOnceAndOnlyItsOwn) {
+  int64_t now = 5'000'000;
+  OpenOptions a = FakeClock(&now);
+  a.node_id = "node-a";
+  OpenOptions b = FakeClock(&now);
+  b.node_id = "node-b";
+  auto sa = Open(a);
+  auto sb = Open(b);
+  ASSERT_NE(sa, nullptr);
+  ASSERT_NE(sb, nullptr);
+  ASSERT_TRUE(sa->Heartbeat(NodeRow{"node-a", "a:1", 0, 0, false, std::nullopt}).ok());
+  ASSERT_TRUE(sb->Heartbeat(NodeRow{"node-b", "b:1", 0, 0, false, std::nullopt}).ok());
+  ASSERT_TRUE(sa->BeginExecution(Start("a-running", 10)).ok());
+  ASSERT_TRUE(sa->BeginExecution(Start("a-done", 11)).ok());
+  ASSERT_TRUE(sa->FinishExecution(Finish("a-done", 12)).ok());
+  ASSERT_TRUE(sb->BeginExecution(Start("b-running", 13)).ok());
+
+  // Within the timeout nobody is lost.
+  now += 9'000;
+  ASSERT_TRUE(sb->Heartbeat(NodeRow{"node-b", "b:1", 0, 0, false, std::nullopt}).ok());
+  auto lost = sb->ReapLostNodes(10'000);
+  ASSERT_TRUE(lost.ok()) << lost.error().ToString();
+  EXPECT_TRUE(lost->empty());
+  // node-a stops beating; past the timeout node-b claims it, once.
+  now += 2'000;
+  lost = sb->ReapLostNodes(10'000);
+  ASSERT_TRUE(lost.ok());
+  EXPECT_EQ(*lost, std::vector<std::string>{"node-a"});
+  lost = sb->ReapLostNodes(10'000);
+  ASSERT_TRUE(lost.ok());
+  EXPECT_TRUE(lost->empty());  // already claimed
+  auto running = Get(*sb, "a-running");
+  ASSERT_TRUE(running.has_value());
+  EXPECT_EQ(running->status, "interrupted");
+  EXPECT_EQ(running->ended_ms, now);
+  EXPECT_EQ(running->node, "node-a");
+  EXPECT_NE(running->reason.value_or("").find("node node-a was lost"), std::string::npos);
+  EXPECT_EQ(Get(*sb, "a-done")->status, "ok");
+  EXPECT_EQ(Get(*sb, "b-running")->status, "running");  // the living node's rows stay
+  auto nodes = sb->ListNodes();
+  ASSERT_TRUE(nodes.ok());
+  ASSERT_EQ(nodes->size(), 2u);
+  EXPECT_EQ((*nodes)[0].lost_ms, now);
+  // A lost node that beats again is back.
+  ASSERT_TRUE(sa->Heartbeat(NodeRow{"node-a", "a:1", 0, 0, false, std::nullopt}).ok());
+  nodes = sb->ListNodes();
+  ASSERT_TRUE(nodes.ok());
+  EXPECT_FALSE((*nodes)[0].lost_ms.has_value());
+  // A restarted node marks its own old rows.
+  ASSERT_TRUE(sb->BeginExecution(Start("b-second", 14)).ok());
+  auto own = sb->MarkNodeInterrupted("node-b", "restarted");
+  ASSERT_TRUE(own.ok());
+  EXPECT_EQ(*own, 2);
+  EXPECT_EQ(Get(*sb, "b-second")->reason, "restarted");
 }
 
 // --- PostgreSQL only: the URL, the schema, the pool.

@@ -176,6 +176,9 @@ int DoServe(const ServeFlags& f) {
     fo.heartbeat_ms = static_cast<int64_t>(cfg.fleet.heartbeat_s * 1000);
     fo.timeout_ms = static_cast<int64_t>(cfg.fleet.node_timeout_s * 1000);
     fo.address = cfg.fleet.advertise.empty() ? cfg.server.listen : cfg.fleet.advertise;
+    // Fleet-wide quotas: each node admits its share of every tenant's limits, recomputed from
+    // the registry on each heartbeat (admission::ShareOf; no store round trip per request).
+    fo.on_live_nodes = [a = admission->get()](int live) { a->SetNodes(live); };
     registry = std::make_unique<fleet::Registry>(store->get(), fo);
     // Before any request: this node's old running rows, and the registry.
     if (Status st = registry->Start(); !st.ok()) return Fail("fleet: " + st.error().ToString());

@@ -22,6 +22,15 @@ std::string NodeIdFromHostname() {
   return out.empty() ? "node" : out;
 }
 
+int CountLiveNodes(const std::map<std::string, int64_t>& beats, std::string_view self,
+                   int64_t now_ms, int64_t timeout_ms) {
+  int live = 1;  // self
+  for (const auto& [id, beat] : beats) {
+    if (id != self && beat >= now_ms - timeout_ms) ++live;
+  }
+  return live;
+}
+
 Registry::Registry(store::Store* store, Options options)
     : store_(store), options_(std::move(options)) {}
 
@@ -42,9 +51,13 @@ Status Registry::Tick() {
   KILN_ASSIGN_OR_RETURN(auto nodes, store_->ListNodes());
   std::map<std::string, int64_t> beats;
   for (const auto& n : nodes) beats[n.id] = n.heartbeat_ms;
-  std::lock_guard lock(mu_);
-  beats_ = std::move(beats);
-  have_snapshot_ = true;
+  const int live = CountLiveNodes(beats, options_.node_id, Now(), options_.timeout_ms);
+  {
+    std::lock_guard lock(mu_);
+    beats_ = std::move(beats);
+    have_snapshot_ = true;
+  }
+  if (options_.on_live_nodes) options_.on_live_nodes(live);
   return OkStatus();
 }
 
@@ -90,6 +103,11 @@ void Registry::Stop(bool leave) {
 }
 
 void Registry::SetDraining(bool draining) { draining_ = draining; }
+
+int Registry::LiveNodes() const {
+  std::lock_guard lock(mu_);
+  return CountLiveNodes(beats_, options_.node_id, Now(), options_.timeout_ms);
+}
 
 bool Registry::IsGone(std::string_view node) const {
   if (node == options_.node_id) return false;

@@ -31,7 +31,16 @@ struct Options {
   int64_t heartbeat_ms = 2000;
   int64_t timeout_ms = 10'000;      // a node silent this long is lost
   std::function<int64_t()> now_ms;  // tests fake it (the store's clock must agree)
+  // Called after each round with LiveNodes() (the server hands it to admission: each node
+  // enforces its share of every tenant's limits, docs/adr/0020).
+  std::function<void(int live_nodes)> on_live_nodes;
 };
+
+// The nodes that share the fleet's quotas: those whose heartbeat is within `timeout_ms` of
+// `now_ms` (draining ones included: they still run what they took), and `self` whether or not
+// the snapshot has it yet. At least 1.
+int CountLiveNodes(const std::map<std::string, int64_t>& beats, std::string_view self,
+                   int64_t now_ms, int64_t timeout_ms);
 
 // The host name made into a node id (lower case, other characters '-', cut
 // to 32), "node" if nothing is left.
@@ -61,6 +70,8 @@ class Registry final {
   // Whether `node` is gone: not in the registry, or its heartbeat older than
   // the timeout, as of the last snapshot. This node is never gone.
   bool IsGone(std::string_view node) const;
+  // CountLiveNodes() of the last snapshot (1 before the first).
+  int LiveNodes() const;
   const std::string& node_id() const { return options_.node_id; }
 
  private:

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <vector>
+
 #include "testlib/temp_dir.h"
 
 namespace kiln::fleet {
@@ -21,6 +24,18 @@ TEST(NodeIds, ValidIdsAndSessionIds) {
   EXPECT_EQ(NodeOfSessionId("0123456789abcdef0123456789abcdef"), "");
   EXPECT_EQ(NodeOfSessionId("-0123"), "");
   EXPECT_EQ(NodeOfSessionId("A.B-0123"), "");
+}
+
+TEST(LiveNodes, CountsFreshBeatsAndSelf) {
+  const std::map<std::string, int64_t> beats{{"a", 10'000}, {"b", 6'000}, {"c", 4'999}};
+  // Timeout 5 s at t = 10 s: a and b are live, c (5001 ms old) is not.
+  EXPECT_EQ(CountLiveNodes(beats, "a", 10'000, 5'000), 2);
+  // Self counts even when its row is stale or missing from the snapshot.
+  EXPECT_EQ(CountLiveNodes(beats, "c", 10'000, 5'000), 3);
+  EXPECT_EQ(CountLiveNodes(beats, "new", 10'000, 5'000), 3);
+  EXPECT_EQ(CountLiveNodes({}, "a", 10'000, 5'000), 1);
+  EXPECT_EQ(CountLiveNodes(beats, "a", 10'001, 4'000), 1);  // b at the edge: 4001 ms old
+  EXPECT_EQ(CountLiveNodes(beats, "a", 10'000, 4'000), 2);  // exactly the timeout: still live
 }
 
 class RegistryTest : public ::testing::Test {
@@ -83,6 +98,30 @@ TEST_F(RegistryTest, ANodeThatStopsBeatingIsGoneAndItsRowsInterrupted) {
   a.Stop(/*leave=*/true);
   ASSERT_TRUE(b.Tick().ok());
   EXPECT_TRUE(b.IsGone("a"));
+}
+
+TEST_F(RegistryTest, EachRoundReportsTheLiveNodes) {
+  auto sa = OpenStore("a");
+  auto sb = OpenStore("b");
+  ASSERT_TRUE(sa && sb);
+  std::vector<int> seen;
+  Options oa = For("a");
+  oa.on_live_nodes = [&](int n) { seen.push_back(n); };
+  Registry a(sa.get(), oa);
+  Registry b(sb.get(), For("b"));
+  EXPECT_EQ(a.LiveNodes(), 1);  // before any round
+  ASSERT_TRUE(a.Tick().ok());
+  ASSERT_TRUE(b.Tick().ok());
+  ASSERT_TRUE(a.Tick().ok());
+  EXPECT_EQ(a.LiveNodes(), 2);
+  now_ += 6000;  // b silent past the timeout; a beats
+  ASSERT_TRUE(a.Tick().ok());
+  EXPECT_EQ(a.LiveNodes(), 1);
+  ASSERT_TRUE(b.Tick().ok());  // back
+  ASSERT_TRUE(a.Tick().ok());
+  b.Stop(/*leave=*/true);  // leaves cleanly
+  ASSERT_TRUE(a.Tick().ok());
+  EXPECT_EQ(seen, (std::vector<int>{1, 2, 1, 2, 1}));
 }
 
 TEST_F(RegistryTest, StartMarksThisNodesOldRowsAndDrainingIsWritten) {

@@ -86,6 +86,14 @@ rate = 1000
 burst = 1000
 max_concurrent = 50
 max_sessions = 20
+[tenants.capped]
+max_concurrent = 4
+rate = 1000
+burst = 1000
+[tenants.metered]
+max_concurrent = 50
+rate = 0.001
+burst = 3
 [pool]
 max = 1
 [fleet]
@@ -182,6 +190,33 @@ memory = "256m"
     const ProcessResult p = RunKiln({"audit", "--store", url_, "--json", "--limit", "100000"}, o);
     EXPECT_EQ(p.exit_code, 0) << p.err;
     return json::parse(p.out, nullptr, false);
+  }
+  std::string CreateKey(const std::string& tenant) const {
+    ProcessOptions o;
+    o.timeout = 30s;
+    const ProcessResult p = RunKiln({"keys", "create", "--tenant", tenant, "--store", url_}, o);
+    EXPECT_EQ(p.exit_code, 0) << p.err;
+    return Trim(p.out);
+  }
+  // `n` one-shots at once for `key`, each running `code`: the replies.
+  std::vector<Reply> AtOnce(int n, const std::string& key, const std::string& code,
+                            int direct_node = -1) const {
+    std::vector<Reply> replies(n);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; ++i) {
+      threads.emplace_back([&, i] {
+        if (direct_node < 0) {
+          replies[i] = Call("POST", "/v1/execute", json{{"code", code}}.dump(),
+                            {"Authorization: Bearer " + key});
+          return;
+        }
+        const HttpResponse h = nodes_[direct_node].Execute(key, {{"code", code}}, 60s);
+        replies[i].status = h.status;
+        replies[i].body = h.body;
+      });
+    }
+    for (auto& t : threads) t.join();
+    return replies;
   }
   int NodeIndex(const std::string& session_id) const {
     for (int i = 0; i < kNodes; ++i) {
@@ -351,6 +386,69 @@ TEST_F(Fleet, SessionsStayOnTheirNodeAndALostNodeIsAnswered) {
   EXPECT_EQ(exit.code, 0);
   EXPECT_GT(sent.load(), 5);
   EXPECT_EQ(failed.load(), 0) << first_failure;
+}
+
+// Quotas hold fleet-wide (docs/deploy.md, Quotas): each of the three nodes
+// admits its share of a tenant's limits, ceil(limit / 3), with no store round
+// trip per request; without it every node would admit the whole limit.
+TEST_F(Fleet, ATenantsQuotasHoldAcrossTheFleet) {
+  const std::string capped = CreateKey("capped");    // max_concurrent 4: 2 a node, 6 at most
+  const std::string metered = CreateKey("metered");  // burst 3, no refill to speak of: 1 a node
+  ASSERT_TRUE(IsKey(capped) && IsKey(metered));
+  constexpr int kBound = kNodes * ((4 + kNodes - 1) / kNodes);  // 6: 4 + kNodes - 1
+  const std::string hold = "import time; time.sleep(4); print('held')";
+  auto count = [](const std::vector<Reply>& replies, int status) {
+    int n = 0;
+    for (const auto& r : replies) n += r.status == status ? 1 : 0;
+    return n;
+  };
+  auto only_200_and_429 = [](const std::vector<Reply>& replies, const std::string& reason) {
+    for (const auto& r : replies) {
+      if (r.status == 200) continue;
+      EXPECT_EQ(r.status, 429) << r.Describe();
+      EXPECT_NE(r.body.find("across 3 nodes"), std::string::npos) << r.Describe();
+      EXPECT_EQ(r.Json()["error"].value("code", ""), reason) << r.Describe();
+    }
+  };
+
+  // Concurrency, on each node directly: 3 at once, exactly the share (2) run.
+  for (int i = 0; i < kNodes; ++i) {
+    const auto replies = AtOnce(3, capped, hold, i);
+    EXPECT_EQ(count(replies, 200), 2) << "node " << i;
+    EXPECT_EQ(count(replies, 429), 1) << "node " << i;
+    only_200_and_429(replies, "tenant_concurrency");
+  }
+  // Through HAProxy: 12 at once, at most the fleet's bound run, the rest are 429.
+  const auto through = AtOnce(12, capped, hold);
+  const int admitted = count(through, 200);
+  EXPECT_LE(admitted, kBound);
+  EXPECT_GE(admitted, 1);
+  EXPECT_EQ(admitted + count(through, 429), 12);
+  only_200_and_429(through, "tenant_concurrency");
+  // The ones that ran are in the shared audit log, each on the node that ran it.
+  std::set<std::string> nodes_used;
+  for (const auto& row : Audit())
+    if (row.value("tenant", "") == "capped" && row.value("status", "") == "ok")
+      nodes_used.insert(row.value("node", ""));
+  EXPECT_GE(nodes_used.size(), 2u);
+
+  // Rate: through HAProxy 9 quick ones, at most one per node's bucket (3), and a
+  // node asked directly has nothing left.
+  std::vector<Reply> rated;
+  for (int i = 0; i < 9; ++i) {
+    rated.push_back(Call("POST", "/v1/execute", json{{"code", "print(1)"}}.dump(),
+                         {"Authorization: Bearer " + metered}));
+  }
+  const int passed = count(rated, 200);
+  EXPECT_LE(passed, kNodes);
+  EXPECT_GE(passed, 1);
+  only_200_and_429(rated, "rate");
+  for (int i = 0; i < kNodes; ++i) {
+    const auto direct = AtOnce(2, metered, "print(1)", i);
+    EXPECT_LE(count(direct, 200), 1) << "node " << i;
+    EXPECT_GE(count(direct, 429), 1) << "node " << i;
+    only_200_and_429(direct, "rate");
+  }
 }
 
 }  // namespace

@@ -30,6 +30,7 @@ import pwd
 import re
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -63,6 +64,28 @@ drain_wait = 0.1
 """
 
 
+STARTED = []  # every process this run started, stopped at exit whatever happens
+CLEANUP = []
+
+
+def stop_all():
+    for proc in reversed(STARTED):
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in reversed(STARTED):
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def pct(values, q):
     v = sorted(values)
     return v[min(len(v) - 1, int(q * len(v)))]
@@ -86,6 +109,7 @@ class Postgres:
                                       "listen_addresses=", "-c", "fsync=off"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      preexec_fn=demote)
+        STARTED.append(self.proc)
         for _ in range(200):
             if subprocess.run([PG_BIN + "/pg_isready", "-q", "-h", self.dir, "-U", "kiln"]).returncode == 0:
                 break
@@ -114,6 +138,7 @@ class Node:
                 "--config", cfg] + (["--store", store] if store else [])
         self.err = open(os.path.join(self.dir, "stderr"), "w+")
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.err)
+        STARTED.append(self.proc)
         deadline = time.time() + 60
         self.port = None
         while self.port is None:
@@ -172,7 +197,11 @@ def main():
     if os.geteuid() != 0:
         sys.exit("run as root (kiln's pool and postgres as nobody)")
     results = {}
-    with tempfile.TemporaryDirectory(prefix="kiln-fleet-bench-") as tmp:
+    # Removed at exit after stop_all(), so nothing runs on deleted files.
+    tmpdir = tempfile.TemporaryDirectory(prefix="kiln-fleet-bench-")
+    CLEANUP.append(tmpdir)
+    tmp = tmpdir.name
+    if True:
         os.chmod(tmp, 0o755)
         # SQLite, one node (and the baseline binary's, alternating, twice each).
         runs = [("sqlite", kiln)]
@@ -205,7 +234,9 @@ def main():
             for n in (1, 2, 3):
                 while len(nodes) < n:
                     nodes.append(Node(kiln, tmp, "kiln-%d" % len(nodes), store))
-                env = dict(os.environ, KILN_HAPROXY_BIND="127.0.0.1:18443", KILN_HAPROXY_CERT=pem)
+                port = free_port()
+                env = dict(os.environ, KILN_HAPROXY_BIND="127.0.0.1:%d" % port,
+                           KILN_HAPROXY_CERT=pem)
                 for i in range(3):
                     # Absent nodes point at a closed port: down, never chosen.
                     env["KILN_NODE_%d" % i] = "127.0.0.1:%d" % (nodes[i].port if i < n else 9)
@@ -213,9 +244,10 @@ def main():
                                         os.path.join(REPO, "deploy/haproxy/haproxy.cfg")],
                                        env=env, stdout=subprocess.DEVNULL,
                                        stderr=subprocess.DEVNULL)
+                STARTED.append(hap)
                 time.sleep(2.5)  # the health checks see every node up
                 results["haproxy-%d" % n] = measure(
-                    lambda: http.client.HTTPSConnection("127.0.0.1", 18443, context=ctx), key,
+                    lambda: http.client.HTTPSConnection("127.0.0.1", port, context=ctx), key,
                     args.requests)
                 hap.send_signal(signal.SIGTERM)
                 hap.wait()
@@ -234,4 +266,9 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        stop_all()
+        for t in CLEANUP:
+            t.cleanup()

@@ -10,10 +10,10 @@ PYTHON := /usr/bin/python3
 # Exactly what the build, the tests and the sandbox's Python need.
 BUILD_PKGS := cmake g++ make pkg-config libseccomp-dev nlohmann-json3-dev libboost-dev \
   libspdlog-dev libfmt-dev libcli11-dev libtomlplusplus-dev libssl-dev libsqlite3-dev \
-  libgtest-dev libgmock-dev prometheus-cpp-dev libre2-dev
+  libgtest-dev libgmock-dev prometheus-cpp-dev libre2-dev libpq-dev
 PYTHON_PKGS := python3 python3-numpy python3-pandas python3-matplotlib python3-scipy \
   python3-sklearn python3-sympy python3-pil python3-openpyxl python3-requests fonts-dejavu-core
-TEST_PKGS := bubblewrap procps curl wrk clang-format-16
+TEST_PKGS := bubblewrap procps curl wrk clang-format-16 postgresql haproxy
 # The web pages (web/README.md) are bundled with npm and esbuild at build time
 # (without them the build goes on, and `kiln serve` says why at /); their tests
 # drive Debian's headless Chromium (tests/web). Debian's nodejs and npm only

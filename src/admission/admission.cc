@@ -11,7 +11,7 @@ namespace kiln::admission {
 
 namespace internal {
 struct TenantState {
-  TenantLimits limits;
+  TenantLimits limits;                // this node's share of the configured limits
   std::optional<TokenBucket> bucket;  // empty when rate_per_s == 0
   int running = 0;
   int queued = 0;
@@ -75,6 +75,16 @@ Rejection MakeRejection(std::string_view reason, int retry_after_s, std::string 
 
 }  // namespace
 
+TenantLimits ShareOf(const TenantLimits& limits, int nodes) {
+  if (nodes <= 1) return limits;
+  TenantLimits share = limits;
+  share.max_concurrent = (limits.max_concurrent + nodes - 1) / nodes;
+  share.rate_per_s = limits.rate_per_s / nodes;
+  // Without a rate the burst means nothing (and may be 0): left as it is.
+  if (limits.rate_per_s > 0) share.burst = std::max(1.0, std::ceil(limits.burst / nodes));
+  return share;
+}
+
 Status Validate(const AdmissionConfig& config) {
   if (config.global_concurrency < 0) {
     return InvalidArgument("global_concurrency must be >= 0 (0: the number of cores)");
@@ -117,6 +127,13 @@ double TokenBucket::SecondsUntilNext(SteadyClock::time_point now) {
 double TokenBucket::Available(SteadyClock::time_point now) {
   Refill(now);
   return tokens_;
+}
+
+void TokenBucket::Reconfigure(double rate_per_s, double burst, SteadyClock::time_point now) {
+  Refill(now);
+  rate_per_s_ = rate_per_s;
+  burst_ = burst;
+  tokens_ = std::min(tokens_, burst_);
 }
 
 // ---- Permit ----
@@ -171,12 +188,34 @@ AdmissionController::TenantState& AdmissionController::StateFor(const std::strin
   if (it != tenants_.end()) return *it->second;
   if (tenants_.size() >= forget_at_) MaybeForgetIdleTenants(now);
   auto state = std::make_unique<TenantState>();
-  auto named = config_.tenants.find(tenant);
-  state->limits = named != config_.tenants.end() ? named->second : config_.default_tenant;
+  state->limits = ShareOf(Configured(tenant), nodes_);
   if (state->limits.rate_per_s > 0) {
     state->bucket.emplace(state->limits.rate_per_s, state->limits.burst, now);
   }
   return *tenants_.emplace(tenant, std::move(state)).first->second;
+}
+
+const TenantLimits& AdmissionController::Configured(const std::string& tenant) const {
+  auto named = config_.tenants.find(tenant);
+  return named != config_.tenants.end() ? named->second : config_.default_tenant;
+}
+
+void AdmissionController::SetNodes(int nodes) {
+  nodes = std::max(1, nodes);
+  std::lock_guard lock(mu_);
+  if (nodes == nodes_) return;
+  nodes_ = nodes;
+  const SteadyClock::time_point now = clock_();
+  for (auto& [name, t] : tenants_) {
+    t->limits = ShareOf(Configured(name), nodes_);
+    // rate_per_s > 0 stays > 0 in a share, and 0 stays 0: the bucket exists or not as before.
+    if (t->bucket) t->bucket->Reconfigure(t->limits.rate_per_s, t->limits.burst, now);
+  }
+}
+
+int AdmissionController::nodes() const {
+  std::lock_guard lock(mu_);
+  return nodes_;
 }
 
 void AdmissionController::MaybeForgetIdleTenants(SteadyClock::time_point now) {
@@ -205,12 +244,19 @@ AcquireResult AdmissionController::Acquire(const std::string& tenant, const Canc
   }
   const SteadyClock::time_point now = clock_();
   TenantState& t = StateFor(tenant, now);
+  // In a fleet, say that the limit is this node's share of the configured one.
+  auto of_fleet = [&](const std::string& configured) {
+    return nodes_ > 1 ? ": this node's share of " + configured + " across " +
+                            std::to_string(nodes_) + " nodes"
+                      : std::string();
+  };
   if (t.running + t.queued >= t.limits.max_concurrent) {
     return MakeRejection(kReasonTenantConcurrency, kTenantConcurrencyRetryAfterS,
                          "tenant '" + tenant + "' already has " +
                              std::to_string(t.running + t.queued) +
                              " executions running or queued (max_concurrent " +
-                             std::to_string(t.limits.max_concurrent) + ")");
+                             std::to_string(t.limits.max_concurrent) +
+                             of_fleet(std::to_string(Configured(tenant).max_concurrent)) + ")");
   }
   if (t.bucket && !t.bucket->TryTake(now)) {
     const double wait = t.bucket->SecondsUntilNext(now);
@@ -218,7 +264,8 @@ AcquireResult AdmissionController::Acquire(const std::string& tenant, const Canc
     return MakeRejection(kReasonRate, retry,
                          "tenant '" + tenant + "' is over its request rate (" +
                              std::to_string(t.limits.rate_per_s) + "/s, burst " +
-                             std::to_string(t.limits.burst) + ")");
+                             std::to_string(t.limits.burst) +
+                             of_fleet(std::to_string(Configured(tenant).rate_per_s) + "/s") + ")");
   }
   // A free slot goes to the head of the queue first (Release() hands it over directly), so a
   // newcomer may only take one when nobody is waiting: strict FIFO, no barging.

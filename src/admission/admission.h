@@ -65,6 +65,17 @@ struct AdmissionConfig {
   std::map<std::string, TenantLimits> tenants;  // by tenant name
 };
 
+// A tenant's limits on one of `nodes` nodes that enforce them together (a fleet sharing one
+// store, docs/adr/0020): each node admits its share on its own, so no request costs a store
+// round trip. Rounding up, so a tenant is never starved (every node admits at least one):
+//   max_concurrent  ceil(max_concurrent / nodes): the fleet runs at most
+//                   nodes * ceil(max_concurrent / nodes) <= max_concurrent + nodes - 1 at once;
+//   rate_per_s      rate_per_s / nodes: the fleet's sustained rate is at most rate_per_s;
+//   burst           ceil(burst / nodes): after idling, at most burst + nodes - 1 at once.
+// These bounds hold while every node counts the same nodes. nodes < 1 counts as 1 (the limits
+// unchanged).
+TenantLimits ShareOf(const TenantLimits& limits, int nodes);
+
 // kInvalidArgument naming the first bad field (e.g. "tenants.alice.burst must be >= 1 ...").
 // AdmissionController::Create() calls it; a config loader may call it earlier.
 Status Validate(const AdmissionConfig& config);
@@ -93,6 +104,9 @@ class TokenBucket final {
   double SecondsUntilNext(SteadyClock::time_point now);
   // Tokens available at `now` (fractional); for tests and idle-tenant clean-up.
   double Available(SteadyClock::time_point now);
+  // New rate and size from `now` on (time until `now` refills at the old rate); the tokens
+  // held are cut to the new size. Same precondition as the constructor.
+  void Reconfigure(double rate_per_s, double burst, SteadyClock::time_point now);
 
  private:
   void Refill(SteadyClock::time_point now);
@@ -193,6 +207,13 @@ class AdmissionController final {
   // Blocks only while queued (at most max_queue_wait). Never throws.
   AcquireResult Acquire(const std::string& tenant, const CancelCheck& cancel = nullptr);
 
+  // How many nodes share every tenant's limits (a fleet, docs/adr/0020; the node registry
+  // sets it on each heartbeat). From the next Acquire() on, each tenant's limits are
+  // ShareOf(configured, nodes); executions already running keep their permits, so a tenant
+  // over its new share is refused until enough of them end. Default 1: a single node.
+  void SetNodes(int nodes);
+  int nodes() const;
+
   // Stop admitting: every later Acquire() fails with "shutting_down", and every queued request
   // is woken and fails the same way. Running executions keep their permits. Idempotent.
   void BeginShutdown();
@@ -216,8 +237,9 @@ class AdmissionController final {
 
   AdmissionController(AdmissionConfig config, int limit, ClockFn clock);
   TenantState& StateFor(const std::string& tenant, SteadyClock::time_point now);  // mu_ held
-  void MaybeForgetIdleTenants(SteadyClock::time_point now);                       // mu_ held
-  int EstimateWaitSeconds() const;                                                // mu_ held
+  const TenantLimits& Configured(const std::string& tenant) const;
+  void MaybeForgetIdleTenants(SteadyClock::time_point now);  // mu_ held
+  int EstimateWaitSeconds() const;                           // mu_ held
   void Release(TenantState* tenant, SteadyClock::time_point since);
 
   const AdmissionConfig config_;
@@ -230,6 +252,7 @@ class AdmissionController final {
   size_t forget_at_ = 1024;
   std::deque<Waiter*> queue_;  // FIFO; each Waiter lives on its caller's stack
   int active_ = 0;
+  int nodes_ = 1;
   bool shutting_down_ = false;
   double mean_hold_s_ = 0;  // moving average of how long permits are held; 0 = no data yet
 };

@@ -353,6 +353,114 @@ TEST(Admission, RateLimitedTenantIsNotForgottenByTheIdleSweep) {
   EXPECT_EQ(again.error().reason, kReasonRate);
 }
 
+TEST(FleetShare, LimitsAreSplitRoundingUp) {
+  const TenantLimits fleet{.max_concurrent = 4, .rate_per_s = 9, .burst = 20};
+  for (int n : {-1, 0, 1}) {  // one node (or nonsense): the limits as configured
+    const TenantLimits one = ShareOf(fleet, n);
+    EXPECT_EQ(one.max_concurrent, 4);
+    EXPECT_EQ(one.rate_per_s, 9);
+    EXPECT_EQ(one.burst, 20);
+  }
+  const TenantLimits three = ShareOf(fleet, 3);
+  EXPECT_EQ(three.max_concurrent, 2);  // ceil(4/3): 6 across the fleet, 4 + 3 - 1
+  EXPECT_DOUBLE_EQ(three.rate_per_s, 3);
+  EXPECT_EQ(three.burst, 7);  // ceil(20/3): 21 across the fleet
+  const TenantLimits two = ShareOf(fleet, 2);
+  EXPECT_EQ(two.max_concurrent, 2);  // exact: 4 across the fleet
+  EXPECT_EQ(two.burst, 10);
+  // More nodes than the limit: every node still admits one (never starved).
+  const TenantLimits many =
+      ShareOf(TenantLimits{.max_concurrent = 1, .rate_per_s = 0.5, .burst = 1}, 8);
+  EXPECT_EQ(many.max_concurrent, 1);
+  EXPECT_DOUBLE_EQ(many.rate_per_s, 0.0625);
+  EXPECT_EQ(many.burst, 1);
+  // No rate limit stays none, and its burst is left alone.
+  const TenantLimits unlimited =
+      ShareOf(TenantLimits{.max_concurrent = 10, .rate_per_s = 0, .burst = 0}, 3);
+  EXPECT_EQ(unlimited.rate_per_s, 0);
+  EXPECT_EQ(unlimited.burst, 0);
+  EXPECT_EQ(unlimited.max_concurrent, 4);
+  // The documented bounds, over a range of limits and fleet sizes.
+  for (int limit = 1; limit <= 50; ++limit) {
+    for (int n = 1; n <= 12; ++n) {
+      const TenantLimits s = ShareOf(
+          TenantLimits{
+              .max_concurrent = limit, .rate_per_s = 7, .burst = static_cast<double>(limit)},
+          n);
+      EXPECT_GE(s.max_concurrent, 1);
+      EXPECT_GE(n * s.max_concurrent, limit) << limit << " on " << n;
+      EXPECT_LE(n * s.max_concurrent, limit + n - 1) << limit << " on " << n;
+      EXPECT_LE(n * s.burst, limit + n - 1) << limit << " on " << n;
+      EXPECT_NEAR(n * s.rate_per_s, 7, 1e-9);
+      AdmissionConfig c;
+      c.default_tenant = s;
+      EXPECT_TRUE(Validate(c).ok());
+    }
+  }
+}
+
+TEST(TokenBucket, ReconfigureKeepsTimeAndCutsTokens) {
+  FakeClock clock;
+  TokenBucket b(1, 10, clock.Now());
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(b.TryTake(clock.Now()));
+  clock.Advance(1s);  // 3 tokens at the old rate
+  b.Reconfigure(0.5, 4, clock.Now());
+  EXPECT_NEAR(b.Available(clock.Now()), 3, 1e-9);
+  clock.Advance(4s);  // 0.5/s, capped at the new size
+  EXPECT_NEAR(b.Available(clock.Now()), 4, 1e-9);
+  b.Reconfigure(1, 2, clock.Now());  // smaller than what is held: cut
+  EXPECT_NEAR(b.Available(clock.Now()), 2, 1e-9);
+}
+
+TEST(Admission, SetNodesSplitsEveryTenantsLimits) {
+  FakeClock clock;
+  AdmissionConfig cfg = NoRateLimit(64, 0);
+  cfg.default_tenant.max_concurrent = 4;
+  cfg.tenants["r"] = TenantLimits{.max_concurrent = 64, .rate_per_s = 0.001, .burst = 3};
+  auto c = MustCreate(cfg, clock.Fn());
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->nodes(), 1);
+  auto early = c->Acquire("a");  // a tenant known before the fleet grows
+  ASSERT_TRUE(early.ok());
+  c->SetNodes(3);
+  EXPECT_EQ(c->nodes(), 3);
+  // ceil(4/3) = 2 on this node, counting the one already running.
+  auto second = c->Acquire("a");
+  ASSERT_TRUE(second.ok());
+  auto third = c->Acquire("a");
+  ASSERT_FALSE(third.ok());
+  EXPECT_EQ(third.error().reason, kReasonTenantConcurrency);
+  EXPECT_NE(
+      third.error().error.message.find("max_concurrent 2: this node's share of 4 across 3 nodes"),
+      std::string::npos)
+      << third.error().error.message;
+  // A tenant first seen now gets the share too.
+  auto b1 = c->Acquire("b");
+  auto b2 = c->Acquire("b");
+  ASSERT_TRUE(b1.ok() && b2.ok());
+  EXPECT_FALSE(c->Acquire("b").ok());
+  // Rate: burst ceil(3/3) = 1 token on this node.
+  EXPECT_TRUE(c->Acquire("r").ok());
+  auto r = c->Acquire("r");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().reason, kReasonRate);
+  EXPECT_NE(r.error().error.message.find("across 3 nodes"), std::string::npos);
+  // Running over a smaller share: refused until enough end, then the larger share is back.
+  c->SetNodes(1);
+  auto a3 = c->Acquire("a");
+  auto a4 = c->Acquire("a");
+  ASSERT_TRUE(a3.ok() && a4.ok());
+  c->SetNodes(2);  // share 2, 4 running: nothing new until two end
+  EXPECT_FALSE(c->Acquire("a").ok());
+  early->Reset();
+  second->Reset();
+  EXPECT_FALSE(c->Acquire("a").ok());  // still 2 running = the share
+  a3->Reset();
+  EXPECT_TRUE(c->Acquire("a").ok());
+  c->SetNodes(0);
+  EXPECT_EQ(c->nodes(), 1);
+}
+
 TEST(Admission, ShutdownWakesWaitersAndRefusesNewcomers) {
   auto c = MustCreate(NoRateLimit(1, 8));
   ASSERT_NE(c, nullptr);

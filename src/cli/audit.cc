@@ -24,6 +24,7 @@ constexpr int kExitFailed = 1;
 
 struct AuditFlags {
   std::string data_dir;
+  std::string store_url;
   std::string tenant;
   std::string session;
   std::string since;
@@ -68,6 +69,7 @@ nlohmann::json ToJson(const store::AuditRow& r) {
       {"profile", r.profile},
       {"session_id", OrNull(r.session_id)},
       {"client_addr", r.client_addr},
+      {"node", OrNull(r.node)},
       {"started", store::FormatTimeMs(r.started_ms, true)},
       {"ended", r.ended_ms ? nlohmann::json(store::FormatTimeMs(*r.ended_ms, true)) : nullptr},
       {"status", r.status},
@@ -107,7 +109,7 @@ int DoAudit(const AuditFlags& f) {
   if (f.limit < 1 || f.limit > 1'000'000) return Fail("--limit: use 1..1000000", kExitUsage);
   q.limit = f.limit;
 
-  auto s = store::Store::OpenDataDir(f.data_dir, /*create=*/false);
+  auto s = store::Store::OpenFor(f.store_url, f.data_dir, /*create=*/false);
   if (!s.ok()) return Fail(s.error().ToString(), kExitFailed);
   auto rows = (*s)->Query(q);
   if (!rows.ok()) return Fail(rows.error().ToString(), kExitFailed);
@@ -169,6 +171,9 @@ void RegisterAudit(CLI::App& app, Action* action) {
   audit->add_option("--data-dir", flags->data_dir,
                     "State directory (default: /var/lib/kiln as root, else "
                     "$XDG_STATE_HOME/kiln or ~/.local/state/kiln)");
+  audit->add_option(
+      "--store", flags->store_url,
+      "The PostgreSQL store (postgresql://...) a fleet shares, instead of --data-dir's SQLite");
   audit->add_option("--tenant", flags->tenant, "Only this tenant's executions");
   audit->add_option("--session", flags->session, "Only this session's executions");
   audit->add_option("--since", flags->since,

@@ -21,6 +21,7 @@ constexpr int kExitFailed = 1;
 
 struct EventsFlags {
   std::string data_dir;
+  std::string store_url;
   std::string tenant;
   std::string kind;
   std::string since;
@@ -67,7 +68,7 @@ int DoEvents(const EventsFlags& f) {
   if (f.limit < 1 || f.limit > 1'000'000) return Fail("--limit: use 1..1000000", kExitUsage);
   q.limit = f.limit;
 
-  auto s = store::Store::OpenDataDir(f.data_dir, /*create=*/false);
+  auto s = store::Store::OpenFor(f.store_url, f.data_dir, /*create=*/false);
   if (!s.ok()) return Fail(s.error().ToString(), kExitFailed);
   auto rows = (*s)->QueryEvents(q);
   if (!rows.ok()) return Fail(rows.error().ToString(), kExitFailed);
@@ -97,6 +98,9 @@ void RegisterEvents(CLI::App& app, Action* action) {
   events->add_option("--data-dir", flags->data_dir,
                      "State directory (default: /var/lib/kiln as root, else "
                      "$XDG_STATE_HOME/kiln or ~/.local/state/kiln)");
+  events->add_option(
+      "--store", flags->store_url,
+      "The PostgreSQL store (postgresql://...) a fleet shares, instead of --data-dir's SQLite");
   events->add_option("--tenant", flags->tenant, "Only this tenant's events");
   events->add_option("--kind", flags->kind,
                      "Only this kind (" + executions::EventKindNames() + ")");

@@ -21,6 +21,7 @@ constexpr int kExitFailed = 1;
 
 struct KeysFlags {
   std::string data_dir;
+  std::string store_url;
   std::string tenant;
   std::string id;
   bool json = false;
@@ -33,7 +34,7 @@ int Fail(const char* cmd, const std::string& message, int code) {
 }
 
 Result<std::unique_ptr<store::Store>> OpenStore(const KeysFlags& f, bool create) {
-  return store::Store::OpenDataDir(f.data_dir, create);
+  return store::Store::OpenFor(f.store_url, f.data_dir, create);
 }
 
 int DoCreate(const KeysFlags& f) {
@@ -109,6 +110,9 @@ void AddDataDir(CLI::App* cmd, KeysFlags* f) {
   cmd->add_option("--data-dir", f->data_dir,
                   "State directory (default: /var/lib/kiln as root, else "
                   "$XDG_STATE_HOME/kiln or ~/.local/state/kiln)");
+  cmd->add_option(
+      "--store", f->store_url,
+      "The PostgreSQL store (postgresql://...) a fleet shares, instead of --data-dir's SQLite");
 }
 
 }  // namespace

@@ -19,6 +19,7 @@ constexpr int kExitFailed = 1;
 
 struct LockdownFlags {
   std::string data_dir;
+  std::string store_url;
   std::string state;  // on | off | status
   std::string reason;
   bool json = false;
@@ -42,7 +43,7 @@ int DoLockdown(const LockdownFlags& f) {
     return Fail("say on, off or status", kExitUsage);
   }
   if (f.reason.size() > 1000) return Fail("--reason: at most 1000 bytes", kExitUsage);
-  auto s = store::Store::OpenDataDir(f.data_dir, /*create=*/false);
+  auto s = store::Store::OpenFor(f.store_url, f.data_dir, /*create=*/false);
   if (!s.ok()) return Fail(s.error().ToString(), kExitFailed);
   if (f.state != "status") {
     store::LockdownState state;
@@ -86,6 +87,9 @@ void RegisterLockdown(CLI::App& app, Action* action) {
   cmd->add_option("--data-dir", flags->data_dir,
                   "State directory (default: /var/lib/kiln as root, else "
                   "$XDG_STATE_HOME/kiln or ~/.local/state/kiln)");
+  cmd->add_option(
+      "--store", flags->store_url,
+      "The PostgreSQL store (postgresql://...) a fleet shares, instead of --data-dir's SQLite");
   cmd->add_flag("--json", flags->json, "Print the state as JSON");
   cmd->callback([flags, action] { *action = [flags] { return DoLockdown(*flags); }; });
 }

@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "config/config.h"
 #include "executions/service.h"
+#include "fleet/registry.h"
 #include "metrics/metrics.h"
 #include "server/server.h"
 #include "sessions/session_manager.h"
@@ -30,6 +31,7 @@ struct ServeFlags {
   std::string config;
   std::string listen;
   std::string data_dir;
+  std::string store_url;
 };
 
 int Fail(const std::string& message, int code = 1) {
@@ -69,6 +71,7 @@ int DoServe(const ServeFlags& f) {
   if (!f.listen.empty()) cfg.server.listen = f.listen;
   if (!f.data_dir.empty()) cfg.server.data_dir = f.data_dir;
   if (cfg.server.data_dir.empty()) cfg.server.data_dir = store::DefaultDataDir();
+  if (!f.store_url.empty()) cfg.store.url = f.store_url;
   if (cfg.server.concurrency == 0) {
     cfg.server.concurrency = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
@@ -96,9 +99,22 @@ int DoServe(const ServeFlags& f) {
   if (!spawner.ok()) return Fail(spawner.error().ToString());
 
   // --- State: the audit log and keys (the server alone holds them).
-  auto store = store::Store::Open(cfg.server.data_dir);
+  store::OpenOptions store_options;
+  store_options.pool_size = cfg.store.pool;
+  // A fleet (docs/adr/0020): nodes sharing a PostgreSQL store.
+  const bool in_fleet = !cfg.store.url.empty();
+  const std::string node_id = !in_fleet                 ? ""
+                              : !cfg.fleet.node.empty() ? cfg.fleet.node
+                                                        : fleet::NodeIdFromHostname();
+  store_options.node_id = node_id;
+  auto store = cfg.store.url.empty() ? store::Store::Open(cfg.server.data_dir)
+                                     : store::Store::OpenUrl(cfg.store.url, store_options);
   if (!store.ok()) return Fail(store.error().ToString());
-  if (auto n = (*store)->MarkInterrupted(); n.ok() && *n > 0) {
+  // A shared store's running rows may be other nodes' (the node registry
+  // marks a lost node's); SQLite's are all this server's.
+  if (auto n = (*store)->dialect() == store::Dialect::kSqlite ? (*store)->MarkInterrupted()
+                                                              : Result<int>(0);
+      n.ok() && *n > 0) {
     KILN_LOG_WARN("{} execution(s) were running when the server last stopped: marked interrupted",
                   *n);
   }
@@ -153,11 +169,36 @@ int DoServe(const ServeFlags& f) {
   exec_deps.config = &cfg;
   exec_deps.spawner = spawner->get();
   executions::Service executions(exec_deps);
-  sessions::SessionManager session_manager(sessions::Deps{&cfg, spawner->get(), &executions});
+  std::unique_ptr<fleet::Registry> registry;
+  if (in_fleet) {
+    fleet::Options fo;
+    fo.node_id = node_id;
+    fo.heartbeat_ms = static_cast<int64_t>(cfg.fleet.heartbeat_s * 1000);
+    fo.timeout_ms = static_cast<int64_t>(cfg.fleet.node_timeout_s * 1000);
+    fo.address = cfg.fleet.advertise.empty() ? cfg.server.listen : cfg.fleet.advertise;
+    // Fleet-wide quotas: each node admits its share of every tenant's limits, recomputed from
+    // the registry on each heartbeat (admission::ShareOf; no store round trip per request).
+    fo.on_live_nodes = [a = admission->get()](int live) { a->SetNodes(live); };
+    registry = std::make_unique<fleet::Registry>(store->get(), fo);
+    // Before any request: this node's old running rows, and the registry.
+    if (Status st = registry->Start(); !st.ok()) return Fail("fleet: " + st.error().ToString());
+  }
+  auto node_gone = [&registry](std::string_view node) { return registry->IsGone(node); };
+  sessions::Deps session_deps{&cfg, spawner->get(), &executions};
+  if (registry) {
+    session_deps.node_id = node_id;
+    session_deps.node_gone = node_gone;
+  }
+  sessions::SessionManager session_manager(session_deps);
   session_manager.Start();
   server::Deps deps{&cfg,           store->get(), admission->get(), &metrics,
                     spawner->get(), &executions,  &session_manager, readiness};
   deps.events = &events;
+  if (registry) {
+    deps.node_id = node_id;
+    deps.node_gone = node_gone;
+    deps.draining = [&registry] { return registry->draining(); };
+  }
   // Quarantines and a lockdown kept from an earlier run apply before the first request.
   admin::Controls controls(admin::Deps{store->get(), &events, &executions, &session_manager, &cfg});
   if (Status st = controls.Load(); !st.ok()) return Fail(st.error().ToString());
@@ -173,7 +214,8 @@ int DoServe(const ServeFlags& f) {
   // meanwhile, and scripts read this line.
   const std::string listening =
       "kiln: listening on http://" + cfg.server.listen.substr(0, cfg.server.listen.rfind(':')) +
-      ":" + std::to_string((*server)->port()) + " (data in " + cfg.server.data_dir + ")\n";
+      ":" + std::to_string((*server)->port()) + " (data in " +
+      (cfg.store.url.empty() ? cfg.server.data_dir : (*store)->path()) + ")\n";
   std::cerr << listening << std::flush;
 
   // Retention: prune the audit log hourly.
@@ -194,12 +236,21 @@ int DoServe(const ServeFlags& f) {
   sigwait(&stop_signals, &sig);
   std::cerr << "kiln: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ": draining (grace "
             << cfg.server.shutdown_grace_s << " s)" << std::endl;
+  if (registry) {
+    // The router sees /readyz fail and sends nothing new; what it already
+    // sent is served. Then the usual shutdown.
+    registry->SetDraining(true);
+    (void)registry->Tick();
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(static_cast<int64_t>(cfg.fleet.drain_wait_s * 1000)));
+  }
   (*server)->Shutdown(
       std::chrono::milliseconds(static_cast<int64_t>(cfg.server.shutdown_grace_s * 1000)));
   done = true;
   pruner.join();
   server->reset();
   session_manager.Shutdown();
+  if (registry) registry->Stop(/*leave=*/true);  // its sessions are gone: others answer 410
   spawner->reset();  // kills the spawner; nothing is left running under it
   std::cerr << "kiln: stopped" << std::endl;
   return 0;
@@ -214,6 +265,8 @@ void RegisterServe(CLI::App& app, Action* action) {
   serve->add_option("--listen", flags->listen,
                     "ADDR:PORT (default: server.listen, 127.0.0.1:8080)");
   serve->add_option("--data-dir", flags->data_dir, "Where the SQLite database lives");
+  serve->add_option("--store", flags->store_url,
+                    "The PostgreSQL store (postgresql://...) a fleet shares ([store] url)");
   serve->callback([flags, action] { *action = [flags] { return DoServe(*flags); }; });
 
   // The spawner process of `kiln serve` and `kiln mcp` (spawner::Spawner

@@ -463,6 +463,66 @@ Result<ServerConfig> ParseServer(const std::string& source, const toml::table& t
   return c;
 }
 
+Result<StoreConfig> ParseStore(const std::string& source, const toml::table& t) {
+  StoreConfig c;
+  for (const auto& [k, node] : t) {
+    const std::string key(k.str());
+    const std::string full = "store." + key;
+    if (key == "url") {
+      auto v = node.value<std::string>();
+      if (!v || !node.is_string()) return KeyError(source, node, full, "must be a string");
+      if (!v->empty() && v->rfind("postgresql://", 0) != 0 && v->rfind("postgres://", 0) != 0) {
+        return KeyError(source, node, full,
+                        "must be a postgresql:// URL (leave it out for SQLite in data_dir)");
+      }
+      c.url = *v;
+    } else if (key == "pool") {
+      KILN_ASSIGN_OR_RETURN(uint64_t v, CountValue(source, node, full));
+      if (v < 1 || v > 64) return KeyError(source, node, full, "must be 1..64");
+      c.pool = static_cast<int>(v);
+    } else {
+      return KeyError(source, node, full, "unknown key (known: url, pool)");
+    }
+  }
+  return c;
+}
+
+Result<FleetConfig> ParseFleet(const std::string& source, const toml::table& t) {
+  FleetConfig c;
+  for (const auto& [k, node] : t) {
+    const std::string key(k.str());
+    const std::string full = "fleet." + key;
+    if (key == "node" || key == "advertise") {
+      auto v = node.value<std::string>();
+      if (!v || !node.is_string() || v->empty())
+        return KeyError(source, node, full, "must be a non-empty string");
+      if (key == "node") {
+        const bool ok = v->size() <= 32 && v->find_first_not_of(
+                                               "abcdefghijklmnopqrstuvwxyz"
+                                               "0123456789-") == std::string::npos;
+        if (!ok) return KeyError(source, node, full, "use 1-32 characters of a-z 0-9 -");
+      }
+      (key == "node" ? c.node : c.advertise) = *v;
+    } else if (key == "heartbeat" || key == "node_timeout" || key == "drain_wait") {
+      KILN_ASSIGN_OR_RETURN(double v, SecondsValue(source, node, full));
+      if (key == "drain_wait") {
+        if (v > 600) return KeyError(source, node, full, "must be at most 600 s");
+        c.drain_wait_s = v;
+        continue;
+      }
+      if (v < 0.1 || v > 3600) return KeyError(source, node, full, "must be 0.1 s .. 1 h");
+      (key == "heartbeat" ? c.heartbeat_s : c.node_timeout_s) = v;
+    } else {
+      return KeyError(source, node, full,
+                      "unknown key (known: node, advertise, heartbeat, node_timeout, drain_wait)");
+    }
+  }
+  if (c.node_timeout_s < 2 * c.heartbeat_s) {
+    return InvalidArgument(source + ": [fleet] node_timeout must be at least twice heartbeat");
+  }
+  return c;
+}
+
 Result<PoolConfig> ParsePool(const std::string& source, const toml::table& t) {
   PoolConfig c;
   for (const auto& [k, node] : t) {
@@ -715,6 +775,18 @@ Result<Config> ParseConfig(std::string_view text, std::string source) {
       KILN_ASSIGN_OR_RETURN(c.pool, ParsePool(source, *t));
       continue;
     }
+    if (key == "fleet") {
+      const toml::table* t = node.as_table();
+      if (t == nullptr) return KeyError(source, node, key, "must be a table");
+      KILN_ASSIGN_OR_RETURN(c.fleet, ParseFleet(source, *t));
+      continue;
+    }
+    if (key == "store") {
+      const toml::table* t = node.as_table();
+      if (t == nullptr) return KeyError(source, node, key, "must be a table");
+      KILN_ASSIGN_OR_RETURN(c.store, ParseStore(source, *t));
+      continue;
+    }
     if (key == "events") {
       const toml::table* t = node.as_table();
       if (t == nullptr) return KeyError(source, node, key, "must be a table");
@@ -734,7 +806,7 @@ Result<Config> ParseConfig(std::string_view text, std::string source) {
     }
     if (key != "profiles")
       return KeyError(source, node, key,
-                      "unknown key (known: server, pool, tenants, events, profiles)");
+                      "unknown key (known: server, pool, store, fleet, tenants, events, profiles)");
     const toml::table* profiles = node.as_table();
     if (profiles == nullptr) return KeyError(source, node, key, "must be a table of profiles");
     for (const auto& [pk, pnode] : *profiles) {

@@ -176,6 +176,26 @@ struct EventsConfig {
   double auth_window_s = 60;
 };
 
+// [store]: where the server's state lives (docs/adr/0020). No url: SQLite
+// under [server] data_dir, for one node. A postgresql:// url: the
+// PostgreSQL database a fleet of nodes shares.
+struct StoreConfig {
+  std::string url;  // "" or postgresql://... / postgres://...
+  int pool = 4;     // PostgreSQL connections per node, 1..64
+};
+
+// [fleet]: this node in a fleet sharing a PostgreSQL store (docs/adr/0020);
+// used only with a [store] url.
+struct FleetConfig {
+  std::string node;       // [a-z0-9-], 1-32 chars; "": from the host name
+  std::string advertise;  // host:port others and the router reach it at; "": [server] listen
+  double heartbeat_s = 2;
+  double node_timeout_s = 10;  // a node silent this long is lost
+  // On SIGTERM: /readyz answers 503 this long, requests still served, before
+  // the server stops accepting (the router's health checks move away first).
+  double drain_wait_s = 2;
+};
+
 struct Config {
   std::string source;  // file name, or "built-in"
   std::string text;    // the TOML it was parsed from (a restarted spawner parses it again)
@@ -184,6 +204,8 @@ struct Config {
   PoolConfig pool;
   std::map<std::string, TenantConfig> tenants;  // "default" always present
   EventsConfig events;
+  StoreConfig store;
+  FleetConfig fleet;
   Result<const Profile*> Find(std::string_view name) const;
   // The tenant's limits, or [tenants.default]'s.
   const TenantConfig& Tenant(const std::string& name) const;

@@ -388,5 +388,44 @@ TEST(Config, MalformedTextIsAnErrorNeverACrash) {
           .ok());
 }
 
+TEST(Config, StoreUrlAndPool) {
+  const std::string profile = "[profiles.default]\ninterpreter = \"/usr/bin/python3\"\n";
+  auto none = ParseConfig(profile, "t.toml");
+  ASSERT_TRUE(none.ok()) << none.error().ToString();
+  EXPECT_EQ(none->store.url, "");  // SQLite in data_dir, as before
+  EXPECT_EQ(none->store.pool, 4);
+  auto pg =
+      ParseConfig(profile + "[store]\nurl = \"postgresql://kiln@db/kiln\"\npool = 8\n", "t.toml");
+  ASSERT_TRUE(pg.ok()) << pg.error().ToString();
+  EXPECT_EQ(pg->store.url, "postgresql://kiln@db/kiln");
+  EXPECT_EQ(pg->store.pool, 8);
+  for (const char* bad :
+       {"[store]\nurl = \"mysql://db\"\n", "[store]\nurl = 5\n", "[store]\npool = 0\n",
+        "[store]\npool = 65\n", "[store]\nhost = \"x\"\n", "store = 1\n"}) {
+    auto r = ParseConfig(profile + bad, "t.toml");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.error().message.find("store"), std::string::npos) << r.error().message;
+  }
+}
+
+TEST(Config, Fleet) {
+  const std::string profile = "[profiles.default]\ninterpreter = \"/usr/bin/python3\"\n";
+  auto c = ParseConfig(profile +
+                           "[fleet]\nnode = \"kiln-1\"\nadvertise = \"10.0.0.1:8080\"\n"
+                           "heartbeat = 1\nnode_timeout = 5\n",
+                       "t.toml");
+  ASSERT_TRUE(c.ok()) << c.error().ToString();
+  EXPECT_EQ(c->fleet.node, "kiln-1");
+  EXPECT_EQ(c->fleet.advertise, "10.0.0.1:8080");
+  EXPECT_EQ(c->fleet.heartbeat_s, 1);
+  EXPECT_EQ(c->fleet.node_timeout_s, 5);
+  for (const char* bad : {"[fleet]\nnode = \"Kiln.1\"\n", "[fleet]\nheartbeat = 0\n",
+                          "[fleet]\nheartbeat = 3\nnode_timeout = 5\n", "[fleet]\nx = 1\n"}) {
+    auto r = ParseConfig(profile + bad, "t.toml");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.error().message.find("fleet"), std::string::npos) << r.error().message;
+  }
+}
+
 }  // namespace
 }  // namespace kiln::config

@@ -7,6 +7,7 @@
 #include <deque>
 
 #include "base/log.h"
+#include "fleet/node_id.h"
 #include "mcp/jsonrpc.h"
 #include "mcp/tools.h"
 
@@ -249,6 +250,14 @@ std::optional<HttpReply> HttpService::Post(const HttpRequest& request, SseWriter
   }
   std::shared_ptr<Session> s = Find(*request.session_id, request.tenant);
   if (!s) {
+    const std::string_view node = fleet::NodeOfSessionId(*request.session_id);
+    if (options_.node_gone && !node.empty() && node != options_.node_id &&
+        options_.node_gone(node)) {
+      return Refuse(404, jsonrpc::kSessionNotFound,
+                    "Session not found: node lost (the node that held it is gone); start a new "
+                    "one with initialize",
+                    m.id);
+    }
     return Refuse(404, jsonrpc::kSessionNotFound,
                   "Session not found: it ended or never existed; start a new one with initialize",
                   m.id);
@@ -286,7 +295,7 @@ std::optional<HttpReply> HttpService::Initialize(const HttpRequest& request, con
   auto backend = factory_(request);
   if (!backend) return Refuse(503, jsonrpc::kServerError, "Service Unavailable: no backend");
   auto session = std::make_shared<Session>();
-  session->id = *id;
+  session->id = options_.node_id.empty() ? *id : fleet::SessionIdFor(options_.node_id, *id);
   session->tenant = request.tenant;
   session->engine = std::make_shared<Engine>(std::move(backend), options_.engine);
   json response;

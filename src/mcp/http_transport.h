@@ -81,6 +81,12 @@ struct HttpServiceOptions {
   size_t max_sessions_per_tenant = 32;
   std::chrono::milliseconds keepalive{std::chrono::seconds(15)};  // an SSE comment this often
   EngineOptions engine;
+  // In a fleet (docs/adr/0020): Mcp-Session-Id carries this node's id, so a
+  // router sends every later request to it; a session of a node that
+  // node_gone says is gone is answered 404 (MCP's "start a new session")
+  // saying "node lost".
+  std::string node_id{};
+  std::function<bool(std::string_view node)> node_gone{};
 };
 
 // The allowed-origin rule above.

@@ -836,7 +836,8 @@ struct HttpServer::Impl {
   // no lockdown.
   bool Ready() const {
     return deps.readiness.value("ready", false) && deps.spawner->Alive() && !stopping &&
-           (deps.controls == nullptr || !deps.controls->lockdown().on);
+           (deps.controls == nullptr || !deps.controls->lockdown().on) &&
+           !(deps.draining && deps.draining());
   }
 
   // GET /v1/stats: the operator console's numbers (docs/api.md). The same
@@ -1580,6 +1581,8 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Bind(const std::string& listen, 
     const config::Config& cfg = *impl->deps.config;
     mcp::HttpServiceOptions options;
     options.allowed_origins = cfg.server.mcp_allowed_origins;
+    options.node_id = impl->deps.node_id;
+    options.node_gone = impl->deps.node_gone;
     options.idle_ttl =
         std::chrono::milliseconds(static_cast<int64_t>(cfg.server.session_idle_ttl_s * 1000));
     if (auto profile = cfg.Find(cfg.server.default_profile); profile.ok()) {

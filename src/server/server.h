@@ -15,11 +15,13 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -46,6 +48,11 @@ struct Deps {
   nlohmann::json readiness;  // doctor's verdict at start: {"ready": bool, "layers": [...]}
   executions::SecurityEvents* events = nullptr;  // auth_failures, /v1/admin/events (optional)
   admin::Controls* controls = nullptr;           // quarantine, lockdown, /v1/admin/* (optional)
+  // In a fleet (docs/adr/0020): MCP session ids carry node_id; node_gone
+  // says whether another node is gone; while draining() /readyz is 503.
+  std::string node_id{};
+  std::function<bool(std::string_view node)> node_gone{};
+  std::function<bool()> draining{};
 };
 
 // The routes the server answers, "METHOD PATH" with {id}/{path} placeholders

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "base/log.h"
+#include "fleet/node_id.h"
 #include "store/api_key.h"
 #include "store/time_format.h"
 
@@ -140,7 +141,7 @@ Result<nlohmann::json> SessionManager::Create(const Caller& caller, const Sessio
   };
 
   auto s = std::make_shared<Session>();
-  s->id = NewId();
+  s->id = deps_.node_id.empty() ? NewId() : fleet::SessionIdFor(deps_.node_id, NewId());
   s->tenant = caller.tenant;
   s->key_id = caller.key_id;
   s->profile = profile_name;
@@ -184,6 +185,16 @@ Result<std::shared_ptr<SessionManager::Session>> SessionManager::Find(const Call
   if (auto it = tombstones_.find(id);
       it != tombstones_.end() && it->second.tenant == caller.tenant) {
     return MakeError(Code::kGone, "session " + id + " is gone: " + it->second.reason);
+  }
+  // Another node's (docs/adr/0020): gone with its node, or on a node the
+  // router could not reach (not yet known lost: retry, never a hang).
+  // (Any tenant's: the id alone says so, and says nothing else.)
+  if (const std::string_view node = fleet::NodeOfSessionId(id);
+      deps_.node_gone && !node.empty() && node != deps_.node_id) {
+    if (deps_.node_gone(node))
+      return MakeError(Code::kGone, "session " + id + " is gone: node lost");
+    return MakeError(Code::kUnavailable, "session " + id + " is on node " + std::string(node) +
+                                             ", which did not take this request; retry");
   }
   // Unknown and another tenant's look the same.
   return MakeError(Code::kNotFound, "no session " + id);

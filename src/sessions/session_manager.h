@@ -21,6 +21,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -57,6 +58,11 @@ struct Deps {
   const config::Config* config = nullptr;
   spawner::Spawner* spawner = nullptr;
   executions::Service* executions = nullptr;  // runs the cells (admission, audit, metrics)
+  // In a fleet (docs/adr/0020): session ids carry this node's id, and a call
+  // for another node's session that node_gone says is gone answers 410
+  // "node lost". Empty and unset on a single node.
+  std::string node_id{};
+  std::function<bool(std::string_view node)> node_gone{};
 };
 
 // A cell's outcome as the front-ends need it.

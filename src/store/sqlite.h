@@ -82,6 +82,7 @@ class Statement final {
   std::string Text(int column) const;  // also reads blobs, byte for byte
   std::optional<std::string> OptText(int column) const;
   std::optional<int64_t> OptInt(int column) const;
+  sqlite3_stmt* get() const { return stmt_; }
 
  private:
   Statement(Db& db, sqlite3_stmt* stmt, std::string what)

@@ -1,8 +1,6 @@
 #include "store/store.h"
 
-#include <fcntl.h>
 #include <pwd.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,145 +10,17 @@
 #include <utility>
 
 #include "base/log.h"
-#include "base/unique_fd.h"
 #include "store/api_key.h"
-#include "store/sqlite.h"
+#include "store/backends.h"
+#include "store/pool.h"
 #include "store/time_format.h"
 
 namespace kiln::store {
 namespace {
 
-// Version N of the schema is kMigrations[N-1], applied to version N-1 inside
-// one transaction. Append only: a released migration never changes.
-constexpr const char* kMigrations[] = {
-    // 1: keys and the audit log.
-    R"sql(
-CREATE TABLE api_keys (
-  id            TEXT PRIMARY KEY NOT NULL,  -- 12 hex chars, public
-  tenant        TEXT NOT NULL,
-  secret_sha256 BLOB NOT NULL,              -- sha256 of the 32 secret bytes
-  created_ms    INTEGER NOT NULL,
-  revoked_ms    INTEGER,
-  last_used_ms  INTEGER
-) STRICT;
-CREATE TABLE executions (
-  id                TEXT PRIMARY KEY NOT NULL,
-  tenant            TEXT NOT NULL,
-  key_id            TEXT NOT NULL,
-  profile           TEXT NOT NULL,
-  session_id        TEXT,
-  client_addr       TEXT NOT NULL,
-  started_ms        INTEGER NOT NULL,
-  ended_ms          INTEGER,
-  status            TEXT NOT NULL,           -- 'running' until finished
-  code              TEXT,                    -- NULL when the config keeps only the hash
-  code_sha256       TEXT NOT NULL,
-  code_size         INTEGER NOT NULL,
-  exit_code         INTEGER,
-  signal            INTEGER,
-  duration_ms       REAL,
-  cpu_ms            REAL,
-  peak_memory_bytes INTEGER,
-  stdout_bytes      INTEGER,
-  stderr_bytes      INTEGER,
-  stdout_truncated  INTEGER,
-  stderr_truncated  INTEGER,
-  policy_violation  TEXT,
-  reason            TEXT
-) STRICT;
-CREATE INDEX executions_started ON executions(started_ms);
-CREATE INDEX executions_tenant ON executions(tenant, started_ms);
-CREATE INDEX executions_session ON executions(session_id, started_ms);
-CREATE INDEX executions_running ON executions(status) WHERE status = 'running';
-)sql",
-    // 2: the output audit's hits (docs/adr/0015): never the matched text.
-    R"sql(
-CREATE TABLE output_hits (
-  at_ms        INTEGER NOT NULL,
-  execution_id TEXT,                 -- NULL: a file downloaded from a session
-  session_id   TEXT,
-  tenant       TEXT NOT NULL,
-  profile      TEXT NOT NULL,
-  detector     TEXT NOT NULL,
-  location     TEXT NOT NULL,
-  action       TEXT NOT NULL,
-  count        INTEGER NOT NULL
-) STRICT;
-CREATE INDEX output_hits_at ON output_hits(at_ms);
-CREATE INDEX output_hits_execution ON output_hits(execution_id);
-CREATE INDEX output_hits_tenant ON output_hits(tenant, at_ms);
-)sql",
-    // 3: security events (docs/adr/0015).
-    R"sql(
-CREATE TABLE security_events (
-  id           INTEGER PRIMARY KEY AUTOINCREMENT,
-  at_ms        INTEGER NOT NULL,
-  kind         TEXT NOT NULL,
-  tenant       TEXT NOT NULL,
-  key_id       TEXT NOT NULL,
-  execution_id TEXT,
-  session_id   TEXT,
-  client_addr  TEXT NOT NULL,
-  detail       TEXT NOT NULL
-) STRICT;
-CREATE INDEX security_events_at ON security_events(at_ms);
-CREATE INDEX security_events_tenant ON security_events(tenant, at_ms);
-CREATE INDEX security_events_kind ON security_events(kind, at_ms);
-)sql",
-    // 4: admin keys and the operator's controls (docs/adr/0015).
-    R"sql(
-ALTER TABLE api_keys ADD COLUMN admin INTEGER NOT NULL DEFAULT 0;
-CREATE TABLE quarantines (
-  tenant   TEXT PRIMARY KEY NOT NULL,
-  since_ms INTEGER NOT NULL,
-  reason   TEXT NOT NULL,
-  by_whom  TEXT NOT NULL
-) STRICT;
-CREATE TABLE server_state (
-  name     TEXT PRIMARY KEY NOT NULL,  -- 'lockdown'
-  value    TEXT NOT NULL,              -- 'on' | 'off'
-  reason   TEXT NOT NULL,
-  since_ms INTEGER NOT NULL,
-  by_whom  TEXT NOT NULL
-) STRICT;
-)sql",
-    // 5: the webhook queue (docs/adr/0015).
-    R"sql(
-CREATE TABLE webhook_queue (
-  id         INTEGER PRIMARY KEY AUTOINCREMENT,
-  webhook    TEXT NOT NULL,
-  event_id   INTEGER NOT NULL,
-  kind       TEXT NOT NULL,
-  body       TEXT NOT NULL,
-  created_ms INTEGER NOT NULL,
-  attempts   INTEGER NOT NULL DEFAULT 0,
-  next_ms    INTEGER NOT NULL,
-  last_error TEXT NOT NULL DEFAULT ''
-) STRICT;
-CREATE INDEX webhook_queue_next ON webhook_queue(next_ms);
-)sql",
-};
-static_assert(std::size(kMigrations) == kSchemaVersion);
-
 constexpr int64_t kLastUsedIntervalMs = 60'000;
 constexpr int kPruneBatch = 500;
 constexpr int kMaxQueryLimit = 1'000'000;
-
-// mkdir -p with mode 0700 for every directory it creates.
-Status MakeDirs(const std::string& dir) {
-  if (dir.empty()) return InvalidArgument("data directory: empty path");
-  for (size_t pos = 1; pos <= dir.size(); ++pos) {
-    if (pos != dir.size() && dir[pos] != '/') continue;
-    const std::string prefix = dir.substr(0, pos);
-    if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) {
-      return ErrnoError("mkdir " + prefix);
-    }
-  }
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0) return ErrnoError("stat " + dir);
-  if (!S_ISDIR(st.st_mode)) return FailedPrecondition(dir + " is not a directory");
-  return OkStatus();
-}
 
 int64_t ToInt64(uint64_t v) {
   return v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
@@ -158,69 +28,9 @@ int64_t ToInt64(uint64_t v) {
              : static_cast<int64_t>(v);
 }
 
-std::optional<uint64_t> OptU64(const Statement& s, int col) {
-  if (s.IsNull(col)) return std::nullopt;
-  const int64_t v = s.Int(col);
-  return v < 0 ? 0 : static_cast<uint64_t>(v);
-}
-
-std::optional<int> OptInt32(const Statement& s, int col) {
-  if (s.IsNull(col)) return std::nullopt;
-  return static_cast<int>(s.Int(col));
-}
-
-std::optional<double> OptReal(const Statement& s, int col) {
-  if (s.IsNull(col)) return std::nullopt;
-  return s.Real(col);
-}
-
-std::optional<bool> OptBool(const Statement& s, int col) {
-  if (s.IsNull(col)) return std::nullopt;
-  return s.Int(col) != 0;
-}
-
-KeyInfo ReadKey(const Statement& s, int admin_column) {
-  // Columns: id, tenant, created_ms, revoked_ms, last_used_ms; admin at `admin_column`.
-  return KeyInfo{s.Text(0),   s.Text(1),   s.Int(2),
-                 s.OptInt(3), s.OptInt(4), s.Int(admin_column) != 0};
-}
-
-Status Migrate(Db& db) {
-  // IMMEDIATE takes the write lock first, so two processes opening a new
-  // directory at once cannot both see version 0 and both create tables.
-  KILN_TRY(db.Exec("begin migration", "BEGIN IMMEDIATE"));
-  auto rollback = [&db] { (void)db.Exec("rollback migration", "ROLLBACK"); };
-  Status s = [&db]() -> Status {
-    KILN_TRY(db.Exec("create schema_version",
-                     "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)"));
-    int64_t version = 0;
-    {
-      KILN_ASSIGN_OR_RETURN(
-          Statement get,
-          Statement::Prepare(db, "read schema_version", "SELECT version FROM schema_version"));
-      KILN_ASSIGN_OR_RETURN(const bool has_row, get.Step());
-      if (has_row) version = get.Int(0);
-    }
-    if (version > kSchemaVersion) {
-      return FailedPrecondition("database schema version " + std::to_string(version) +
-                                " is newer than this kiln's (" + std::to_string(kSchemaVersion) +
-                                "): use a newer kiln");
-    }
-    for (int64_t v = version; v < kSchemaVersion; ++v) {
-      KILN_TRY(db.Exec("migration to schema version " + std::to_string(v + 1), kMigrations[v]));
-    }
-    if (version != kSchemaVersion) {
-      KILN_TRY(db.Exec("clear schema_version", "DELETE FROM schema_version"));
-      KILN_ASSIGN_OR_RETURN(Statement set,
-                            Statement::Prepare(db, "write schema_version",
-                                               "INSERT INTO schema_version (version) VALUES (?)"));
-      set.BindInt(1, kSchemaVersion);
-      KILN_TRY(set.Run());
-    }
-    return db.Exec("commit migration", "COMMIT");
-  }();
-  if (!s.ok()) rollback();
-  return s;
+KeyInfo ReadKey(const Row& r) {
+  // Columns: id, tenant, created_ms, revoked_ms, last_used_ms, admin.
+  return KeyInfo{r.Text(0), r.Text(1), r.Int(2), r.OptInt(3), r.OptInt(4), r.Int(5) != 0};
 }
 
 }  // namespace
@@ -248,12 +58,21 @@ std::string DefaultDataDir() {
   return DefaultDataDirFor(::geteuid() == 0, xdg != nullptr ? xdg : "", home);
 }
 
-Store::Store(std::string path, std::unique_ptr<Db> db, OpenOptions options)
-    : path_(std::move(path)), options_(std::move(options)), db_(std::move(db)) {}
+Store::Store(std::string path, Dialect dialect, std::vector<std::unique_ptr<Conn>> conns,
+             OpenOptions options)
+    : path_(std::move(path)),
+      dialect_(dialect),
+      options_(std::move(options)),
+      pool_(std::make_unique<ConnPool>(std::move(conns))) {}
 
 Store::~Store() = default;
 
 int64_t Store::Now() const { return options_.now_ms ? options_.now_ms() : NowMs(); }
+
+Result<Rows> Store::Run(std::string_view what, const Sql& sql) {
+  auto c = pool_->Acquire();
+  return c->Run(what, sql);
+}
 
 Result<std::unique_ptr<Store>> Store::OpenDataDir(const std::string& data_dir, bool create) {
   OpenOptions options;
@@ -261,46 +80,24 @@ Result<std::unique_ptr<Store>> Store::OpenDataDir(const std::string& data_dir, b
   return Open(data_dir.empty() ? DefaultDataDir() : data_dir, std::move(options));
 }
 
+Result<std::unique_ptr<Store>> Store::OpenFor(const std::string& url, const std::string& data_dir,
+                                              bool create) {
+  if (url.empty()) return OpenDataDir(data_dir, create);
+  return OpenUrl(url);
+}
+
 Result<std::unique_ptr<Store>> Store::Open(const std::string& data_dir, OpenOptions options) {
-  const std::string path = data_dir + "/kiln.db";
-  if (options.create) {
-    KILN_TRY(MakeDirs(data_dir));
-    // Created here, not by SQLite (0644 less umask), so the keys' hashes and
-    // users' code are never readable by others; SQLite gives the -wal and
-    // -shm files the database file's mode.
-    UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
-    if (!fd) return ErrnoError("open " + path);
-  }
-  auto opened = Db::Open(path, options.create);
-  if (!opened.ok()) {
-    Error e = std::move(opened).error();
-    if (e.code == Code::kNotFound) {
-      e.message = "no kiln database in " + data_dir + " (" + e.message + ")";
-    }
-    return e;
-  }
-  auto db = std::make_unique<Db>(std::move(*opened));
-  // busy_timeout first: switching to WAL and migrating take locks another
-  // process may hold.
-  KILN_TRY(db->Exec("set busy_timeout",
-                    ("PRAGMA busy_timeout = " + std::to_string(options.busy_timeout_ms)).c_str()));
-  // Only takes effect on a new, empty database: lets Prune return freed pages.
-  KILN_TRY(db->Exec("set auto_vacuum", "PRAGMA auto_vacuum = INCREMENTAL"));
-  {
-    KILN_ASSIGN_OR_RETURN(Statement wal,
-                          Statement::Prepare(*db, "set journal_mode", "PRAGMA journal_mode = WAL"));
-    KILN_ASSIGN_OR_RETURN(const bool row, wal.Step());
-    if (!row || wal.Text(0) != "wal") {
-      return FailedPrecondition("sqlite: " + path + ": cannot use WAL journal mode (got '" +
-                                (row ? wal.Text(0) : std::string()) + "')");
-    }
-  }
-  // NORMAL is durable against a killed process in WAL mode (see store.h);
-  // secure_delete so pruned code does not linger in free pages.
-  KILN_TRY(db->Exec("set synchronous", "PRAGMA synchronous = NORMAL"));
-  KILN_TRY(db->Exec("set secure_delete", "PRAGMA secure_delete = FAST"));
-  KILN_TRY(Migrate(*db));
-  return std::unique_ptr<Store>(new Store(path, std::move(db), std::move(options)));
+  KILN_ASSIGN_OR_RETURN(auto conn, OpenSqlite(data_dir, options.create, options.busy_timeout_ms));
+  std::vector<std::unique_ptr<Conn>> conns;
+  conns.push_back(std::move(conn));
+  return std::unique_ptr<Store>(
+      new Store(data_dir + "/kiln.db", Dialect::kSqlite, std::move(conns), std::move(options)));
+}
+
+Result<std::unique_ptr<Store>> Store::OpenUrl(const std::string& url, OpenOptions options) {
+  KILN_ASSIGN_OR_RETURN(auto conns, OpenPostgres(url, options.pool_size));
+  return std::unique_ptr<Store>(
+      new Store(RedactUrl(url), Dialect::kPostgres, std::move(conns), std::move(options)));
 }
 
 // --- Keys.
@@ -324,37 +121,25 @@ Result<NewKey> Store::CreateKey(std::string_view tenant, bool admin) {
     out.key = FormatApiKey(out.info.id, secret);
     Wipe(secret);
 
-    std::lock_guard lock(mu_);
-    KILN_ASSIGN_OR_RETURN(
-        Statement insert,
-        Statement::Prepare(*db_, "insert api key",
-                           "INSERT INTO api_keys (id, tenant, secret_sha256, created_ms, admin) "
-                           "VALUES (?, ?, ?, ?, ?)"));
-    insert.BindText(1, out.info.id);
-    insert.BindText(2, out.info.tenant);
-    insert.BindBlob(3, digest);
-    insert.BindInt(4, out.info.created_ms);
-    insert.BindInt(5, admin ? 1 : 0);
-    Status s = insert.Run();
-    if (s.ok()) return out;
+    auto inserted =
+        Run("insert api key",
+            Sql("INSERT INTO api_keys (id, tenant, secret_sha256, created_ms, admin) "
+                "VALUES (?, ?, ?, ?, ?)",
+                out.info.id, out.info.tenant, Value::Blob(digest), out.info.created_ms, admin));
+    if (inserted.ok()) return out;
     Wipe(out.key);
-    if (s.error().code != Code::kAlreadyExists || attempt >= 3) return std::move(s).error();
+    if (inserted.error().code != Code::kAlreadyExists || attempt >= 3) {
+      return std::move(inserted).error();
+    }
   }
 }
 
 Result<std::vector<KeyInfo>> Store::ListKeys() {
-  std::lock_guard lock(mu_);
   KILN_ASSIGN_OR_RETURN(
-      Statement q,
-      Statement::Prepare(*db_, "list api keys",
-                         "SELECT id, tenant, created_ms, revoked_ms, last_used_ms, admin "
-                         "FROM api_keys ORDER BY created_ms, id"));
+      Rows q, Run("list api keys", Sql("SELECT id, tenant, created_ms, revoked_ms, last_used_ms, "
+                                       "admin FROM api_keys ORDER BY created_ms, id")));
   std::vector<KeyInfo> keys;
-  for (;;) {
-    KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
-    if (!row) break;
-    keys.push_back(ReadKey(q, 5));
-  }
+  for (const Row& r : q.rows) keys.push_back(ReadKey(r));
   return keys;
 }
 
@@ -363,15 +148,11 @@ Status Store::RevokeKey(std::string_view id) {
     return InvalidArgument("key id '" + std::string(id.substr(0, 80)) +
                            "': expected 12 lowercase hex characters (see kiln keys list)");
   }
-  std::lock_guard lock(mu_);
   KILN_ASSIGN_OR_RETURN(
-      Statement u, Statement::Prepare(*db_, "revoke api key",
-                                      "UPDATE api_keys SET revoked_ms = COALESCE(revoked_ms, ?) "
-                                      "WHERE id = ?"));
-  u.BindInt(1, Now());
-  u.BindText(2, id);
-  KILN_TRY(u.Run());
-  if (db_->Changes() == 0) {
+      Rows u,
+      Run("revoke api key",
+          Sql("UPDATE api_keys SET revoked_ms = COALESCE(revoked_ms, ?) WHERE id = ?", Now(), id)));
+  if (u.changes == 0) {
     return MakeError(Code::kNotFound, "no key with id " + std::string(id));
   }
   return OkStatus();
@@ -384,24 +165,21 @@ Result<std::optional<KeyInfo>> Store::Authenticate(std::string_view presented) {
   Wipe(parsed->secret);
   if (!digest.ok()) return std::move(digest).error();
 
-  std::lock_guard lock(mu_);
+  auto c = pool_->Acquire();
   KeyInfo info;
   {
-    // Scoped: the read must be finished before the UPDATE below, or the
-    // UPDATE's autocommit would wait for this statement's finalization.
     KILN_ASSIGN_OR_RETURN(
-        Statement q,
-        Statement::Prepare(*db_, "look up api key",
-                           "SELECT id, tenant, created_ms, revoked_ms, last_used_ms, admin, "
-                           "secret_sha256 FROM api_keys WHERE id = ?"));
-    q.BindText(1, parsed->id);
-    KILN_ASSIGN_OR_RETURN(const bool found, q.Step());
+        Rows q, c->Run("look up api key",
+                       Sql("SELECT id, tenant, created_ms, revoked_ms, last_used_ms, admin, "
+                           "secret_sha256 FROM api_keys WHERE id = ?",
+                           parsed->id)));
+    const bool found = !q.rows.empty();
     // An unknown id still costs one comparison, so timing says no more than
     // the (public) id does.
-    const std::string stored = found ? q.Text(6) : std::string(kSha256Bytes, '\0');
+    const std::string stored = found ? q.rows[0].Text(6) : std::string(kSha256Bytes, '\0');
     const bool match = ConstantTimeEquals(stored, *digest) && found;
     if (!match) return std::optional<KeyInfo>();
-    info = ReadKey(q, 5);
+    info = ReadKey(q.rows[0]);
   }
   if (info.revoked_ms) return std::optional<KeyInfo>();
 
@@ -409,18 +187,12 @@ Result<std::optional<KeyInfo>> Store::Authenticate(std::string_view presented) {
   if (!info.last_used_ms || now - *info.last_used_ms >= kLastUsedIntervalMs) {
     // Bookkeeping, not a check: if it fails (the CLI holds the write lock past
     // the busy timeout) the key still authenticates.
-    auto u = Statement::Prepare(*db_, "update api key last_used",
-                                "UPDATE api_keys SET last_used_ms = ? WHERE id = ?");
-    Status s = u.ok() ? Status() : Status(u.error());
+    auto u = c->Run("update api key last_used",
+                    Sql("UPDATE api_keys SET last_used_ms = ? WHERE id = ?", now, info.id));
     if (u.ok()) {
-      u->BindInt(1, now);
-      u->BindText(2, info.id);
-      s = u->Run();
-    }
-    if (s.ok()) {
       info.last_used_ms = now;
     } else {
-      KILN_LOG_WARN("api key {}: {}", info.id, s.error().ToString());
+      KILN_LOG_WARN("api key {}: {}", info.id, u.error().ToString());
     }
   }
   return std::optional<KeyInfo>(std::move(info));
@@ -431,117 +203,74 @@ Result<std::optional<KeyInfo>> Store::Authenticate(std::string_view presented) {
 Status Store::BeginExecution(const AuditStart& start) {
   if (start.id.empty()) return InvalidArgument("audit: empty execution id");
   KILN_ASSIGN_OR_RETURN(const std::string sha, Sha256Hex(start.code));
-  std::lock_guard lock(mu_);
-  KILN_ASSIGN_OR_RETURN(
-      Statement insert,
-      Statement::Prepare(*db_, "insert execution",
-                         "INSERT INTO executions (id, tenant, key_id, profile, session_id, "
-                         "client_addr, started_ms, status, code, code_sha256, code_size) "
-                         "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)"));
-  insert.BindText(1, start.id);
-  insert.BindText(2, start.tenant);
-  insert.BindText(3, start.key_id);
-  insert.BindText(4, start.profile);
-  insert.BindOptText(5, start.session_id);
-  insert.BindText(6, start.client_addr);
-  insert.BindInt(7, start.started_ms);
-  if (start.store_code) {
-    insert.BindText(8, start.code);
-  } else {
-    insert.BindNull(8);
-  }
-  insert.BindText(9, sha);
-  insert.BindInt(10, ToInt64(start.code.size()));
-  return insert.Run();
+  KILN_TRY(Run(
+      "insert execution",
+      Sql("INSERT INTO executions (id, tenant, key_id, profile, session_id, "
+          "client_addr, started_ms, status, code, code_sha256, code_size, node) "
+          "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?)",
+          start.id, start.tenant, start.key_id, start.profile, start.session_id, start.client_addr,
+          start.started_ms, start.store_code ? Value::Text(start.code) : Value::Null(), sha,
+          ToInt64(start.code.size()),
+          options_.node_id.empty() ? Value::Null() : Value::Text(options_.node_id))));
+  return OkStatus();
 }
 
 Status Store::FinishExecution(const AuditFinish& f) {
-  std::lock_guard lock(mu_);
   KILN_ASSIGN_OR_RETURN(
-      Statement u,
-      Statement::Prepare(*db_, "finish execution",
-                         "UPDATE executions SET ended_ms = ?, status = ?, exit_code = ?, "
-                         "signal = ?, duration_ms = ?, cpu_ms = ?, peak_memory_bytes = ?, "
-                         "stdout_bytes = ?, stderr_bytes = ?, stdout_truncated = ?, "
-                         "stderr_truncated = ?, policy_violation = ?, reason = ? WHERE id = ?"));
-  u.BindInt(1, f.ended_ms);
-  u.BindText(2, f.status);
-  u.BindOptInt(3, f.exit_code ? std::optional<int64_t>(*f.exit_code) : std::nullopt);
-  u.BindOptInt(4, f.signal ? std::optional<int64_t>(*f.signal) : std::nullopt);
-  u.BindReal(5, f.duration_ms);
-  u.BindReal(6, f.cpu_ms);
-  u.BindInt(7, ToInt64(f.peak_memory_bytes));
-  u.BindInt(8, ToInt64(f.stdout_bytes));
-  u.BindInt(9, ToInt64(f.stderr_bytes));
-  u.BindInt(10, f.stdout_truncated ? 1 : 0);
-  u.BindInt(11, f.stderr_truncated ? 1 : 0);
-  u.BindOptText(12, f.policy_violation);
-  u.BindText(13, f.reason);
-  u.BindText(14, f.id);
-  KILN_TRY(u.Run());
-  if (db_->Changes() == 0) {
+      Rows u,
+      Run("finish execution",
+          Sql("UPDATE executions SET ended_ms = ?, status = ?, exit_code = ?, "
+              "signal = ?, duration_ms = ?, cpu_ms = ?, peak_memory_bytes = ?, "
+              "stdout_bytes = ?, stderr_bytes = ?, stdout_truncated = ?, "
+              "stderr_truncated = ?, policy_violation = ?, reason = ? WHERE id = ?",
+              f.ended_ms, f.status, f.exit_code, f.signal, f.duration_ms, f.cpu_ms,
+              ToInt64(f.peak_memory_bytes), ToInt64(f.stdout_bytes), ToInt64(f.stderr_bytes),
+              f.stdout_truncated, f.stderr_truncated, f.policy_violation, f.reason, f.id)));
+  if (u.changes == 0) {
     return MakeError(Code::kNotFound, "audit: no execution with id " + f.id);
   }
   return OkStatus();
 }
 
 Result<int> Store::MarkInterrupted() {
-  std::lock_guard lock(mu_);
-  KILN_ASSIGN_OR_RETURN(Statement u,
-                        Statement::Prepare(*db_, "mark interrupted executions",
-                                           "UPDATE executions SET status = 'interrupted', "
-                                           "ended_ms = ?, reason = 'the server stopped before the "
-                                           "execution finished' WHERE status = 'running'"));
-  u.BindInt(1, Now());
-  KILN_TRY(u.Run());
-  return static_cast<int>(db_->Changes());
+  KILN_ASSIGN_OR_RETURN(Rows u, Run("mark interrupted executions",
+                                    Sql("UPDATE executions SET status = 'interrupted', "
+                                        "ended_ms = ?, reason = 'the server stopped before the "
+                                        "execution finished' WHERE status = 'running'",
+                                        Now())));
+  return static_cast<int>(u.changes);
+}
+
+Result<int> Store::PruneTable(std::string_view what, std::string_view table, std::string_view key,
+                              std::string_view where, int64_t older_than_ms) {
+  // `key` names each row: SQLite's rowid, or the table's primary key.
+  const std::string sql = "DELETE FROM " + std::string(table) + " WHERE " + std::string(key) +
+                          " IN (SELECT " + std::string(key) + " FROM " + std::string(table) +
+                          " WHERE " + std::string(where) + " LIMIT ?)";
+  int total = 0;
+  for (;;) {
+    KILN_ASSIGN_OR_RETURN(Rows d, Run(what, Sql(sql, older_than_ms, kPruneBatch)));
+    const auto n = static_cast<int>(d.changes);
+    total += n;
+    if (n < kPruneBatch) break;
+  }
+  return total;
 }
 
 Result<int> Store::Prune(int64_t older_than_ms) {
+  const bool sqlite = dialect_ == Dialect::kSqlite;
   int total = 0;
-  for (;;) {
-    std::lock_guard lock(mu_);
-    KILN_ASSIGN_OR_RETURN(
-        Statement d,
-        Statement::Prepare(*db_, "prune executions",
-                           "DELETE FROM executions WHERE rowid IN (SELECT rowid FROM executions "
-                           "WHERE started_ms < ? AND status != 'running' LIMIT ?)"));
-    d.BindInt(1, older_than_ms);
-    d.BindInt(2, kPruneBatch);
-    KILN_TRY(d.Run());
-    const auto n = static_cast<int>(db_->Changes());
-    total += n;
-    if (n < kPruneBatch) break;
-  }
-  for (;;) {
-    std::lock_guard lock(mu_);
-    KILN_ASSIGN_OR_RETURN(
-        Statement d, Statement::Prepare(*db_, "prune output hits",
-                                        "DELETE FROM output_hits WHERE rowid IN (SELECT rowid FROM "
-                                        "output_hits WHERE at_ms < ? LIMIT ?)"));
-    d.BindInt(1, older_than_ms);
-    d.BindInt(2, kPruneBatch);
-    KILN_TRY(d.Run());
-    const auto n = static_cast<int>(db_->Changes());
-    total += n;
-    if (n < kPruneBatch) break;
-  }
-  for (;;) {
-    std::lock_guard lock(mu_);
-    KILN_ASSIGN_OR_RETURN(
-        Statement d, Statement::Prepare(*db_, "prune security events",
-                                        "DELETE FROM security_events WHERE id IN (SELECT id FROM "
-                                        "security_events WHERE at_ms < ? LIMIT ?)"));
-    d.BindInt(1, older_than_ms);
-    d.BindInt(2, kPruneBatch);
-    KILN_TRY(d.Run());
-    const auto n = static_cast<int>(db_->Changes());
-    total += n;
-    if (n < kPruneBatch) break;
-  }
-  if (total > 0) {
-    std::lock_guard lock(mu_);
-    KILN_TRY(db_->Exec("incremental_vacuum", "PRAGMA incremental_vacuum"));
+  KILN_ASSIGN_OR_RETURN(int executions,
+                        PruneTable("prune executions", "executions", sqlite ? "rowid" : "id",
+                                   "started_ms < ? AND status != 'running'", older_than_ms));
+  KILN_ASSIGN_OR_RETURN(int hits, PruneTable("prune output hits", "output_hits",
+                                             sqlite ? "rowid" : "id", "at_ms < ?", older_than_ms));
+  KILN_ASSIGN_OR_RETURN(int events, PruneTable("prune security events", "security_events", "id",
+                                               "at_ms < ?", older_than_ms));
+  total = executions + hits + events;
+  if (total > 0 && sqlite) {
+    auto c = pool_->Acquire();
+    KILN_TRY(c->Exec("incremental_vacuum", "PRAGMA incremental_vacuum"));
   }
   return total;
 }
@@ -550,53 +279,45 @@ Result<std::vector<AuditRow>> Store::Query(const AuditQuery& query) {
   if (query.limit < 1 || query.limit > kMaxQueryLimit) {
     return InvalidArgument("audit query: limit must be 1.." + std::to_string(kMaxQueryLimit));
   }
-  std::string sql =
+  Sql sql(
       "SELECT id, tenant, key_id, profile, session_id, client_addr, started_ms, ended_ms, "
       "status, code, code_sha256, code_size, exit_code, signal, duration_ms, cpu_ms, "
       "peak_memory_bytes, stdout_bytes, stderr_bytes, stdout_truncated, stderr_truncated, "
-      "policy_violation, reason FROM executions WHERE 1";
-  if (query.tenant) sql += " AND tenant = :tenant";
-  if (query.session_id) sql += " AND session_id = :session";
-  if (query.status) sql += " AND status = :status";
-  if (query.since_ms) sql += " AND started_ms >= :since";
-  sql += " ORDER BY started_ms DESC, id DESC LIMIT :limit";
-
-  std::lock_guard lock(mu_);
-  KILN_ASSIGN_OR_RETURN(Statement q, Statement::Prepare(*db_, "query executions", sql));
-  int i = 0;
-  if (query.tenant) q.BindText(++i, *query.tenant);
-  if (query.session_id) q.BindText(++i, *query.session_id);
-  if (query.status) q.BindText(++i, *query.status);
-  if (query.since_ms) q.BindInt(++i, *query.since_ms);
-  q.BindInt(++i, query.limit);
+      "policy_violation, reason, node FROM executions WHERE 1 = 1");
+  sql.AndIf(query.tenant, "tenant = ?")
+      .AndIf(query.session_id, "session_id = ?")
+      .AndIf(query.status, "status = ?")
+      .AndIf(query.since_ms, "started_ms >= ?")
+      .Add(" ORDER BY started_ms DESC, id DESC LIMIT ?", query.limit);
+  KILN_ASSIGN_OR_RETURN(Rows q, Run("query executions", sql));
   std::vector<AuditRow> rows;
-  for (;;) {
-    KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
-    if (!row) break;
+  rows.reserve(q.rows.size());
+  for (const Row& row : q.rows) {
     AuditRow r;
-    r.id = q.Text(0);
-    r.tenant = q.Text(1);
-    r.key_id = q.Text(2);
-    r.profile = q.Text(3);
-    r.session_id = q.OptText(4);
-    r.client_addr = q.Text(5);
-    r.started_ms = q.Int(6);
-    r.ended_ms = q.OptInt(7);
-    r.status = q.Text(8);
-    r.code = q.OptText(9);
-    r.code_sha256 = q.Text(10);
-    r.code_size = OptU64(q, 11).value_or(0);
-    r.exit_code = OptInt32(q, 12);
-    r.signal = OptInt32(q, 13);
-    r.duration_ms = OptReal(q, 14);
-    r.cpu_ms = OptReal(q, 15);
-    r.peak_memory_bytes = OptU64(q, 16);
-    r.stdout_bytes = OptU64(q, 17);
-    r.stderr_bytes = OptU64(q, 18);
-    r.stdout_truncated = OptBool(q, 19);
-    r.stderr_truncated = OptBool(q, 20);
-    r.policy_violation = q.OptText(21);
-    r.reason = q.OptText(22);
+    r.id = row.Text(0);
+    r.tenant = row.Text(1);
+    r.key_id = row.Text(2);
+    r.profile = row.Text(3);
+    r.session_id = row.OptText(4);
+    r.client_addr = row.Text(5);
+    r.started_ms = row.Int(6);
+    r.ended_ms = row.OptInt(7);
+    r.status = row.Text(8);
+    r.code = row.OptText(9);
+    r.code_sha256 = row.Text(10);
+    r.code_size = row.OptU64(11).value_or(0);
+    r.exit_code = row.OptInt32(12);
+    r.signal = row.OptInt32(13);
+    r.duration_ms = row.OptReal(14);
+    r.cpu_ms = row.OptReal(15);
+    r.peak_memory_bytes = row.OptU64(16);
+    r.stdout_bytes = row.OptU64(17);
+    r.stderr_bytes = row.OptU64(18);
+    r.stdout_truncated = row.OptBool(19);
+    r.stderr_truncated = row.OptBool(20);
+    r.policy_violation = row.OptText(21);
+    r.reason = row.OptText(22);
+    r.node = row.OptText(23);
     rows.push_back(std::move(r));
   }
   return rows;
@@ -604,125 +325,95 @@ Result<std::vector<AuditRow>> Store::Query(const AuditQuery& query) {
 
 Status Store::RecordOutputHits(const std::vector<OutputHitRow>& hits) {
   if (hits.empty()) return OkStatus();
-  std::lock_guard lock(mu_);
-  KILN_TRY(db_->Exec("begin output hits", "BEGIN IMMEDIATE"));
+  auto c = pool_->Acquire();
+  KILN_TRY(
+      c->Exec("begin output hits", dialect_ == Dialect::kSqlite ? "BEGIN IMMEDIATE" : "BEGIN"));
   for (const auto& h : hits) {
-    auto insert = Statement::Prepare(
-        *db_, "insert output hit",
-        "INSERT INTO output_hits (at_ms, execution_id, session_id, tenant, profile, detector, "
-        "location, action, count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
-    Status st = insert.ok() ? OkStatus() : Status(insert.error());
-    if (st.ok()) {
-      insert->BindInt(1, h.at_ms);
-      insert->BindOptText(2, h.execution_id);
-      insert->BindOptText(3, h.session_id);
-      insert->BindText(4, h.tenant);
-      insert->BindText(5, h.profile);
-      insert->BindText(6, h.detector);
-      insert->BindText(7, h.location);
-      insert->BindText(8, h.action);
-      insert->BindInt(9, ToInt64(h.count));
-      st = insert->Run();
-    }
-    if (!st.ok()) {
-      (void)db_->Exec("rollback output hits", "ROLLBACK");
-      return st;
+    auto inserted = c->Run(
+        "insert output hit",
+        Sql("INSERT INTO output_hits (at_ms, execution_id, session_id, tenant, profile, detector, "
+            "location, action, count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            h.at_ms, h.execution_id, h.session_id, h.tenant, h.profile, h.detector, h.location,
+            h.action, ToInt64(h.count)));
+    if (!inserted.ok()) {
+      (void)c->Exec("rollback output hits", "ROLLBACK");
+      return std::move(inserted).error();
     }
   }
-  return db_->Exec("commit output hits", "COMMIT");
+  return c->Exec("commit output hits", "COMMIT");
 }
 
 Result<std::vector<OutputHitRow>> Store::QueryOutputHits(const OutputHitQuery& query) {
   if (query.limit < 1 || query.limit > kMaxQueryLimit) {
     return InvalidArgument("output hits query: limit must be 1.." + std::to_string(kMaxQueryLimit));
   }
-  std::string sql =
+  Sql sql(
       "SELECT at_ms, execution_id, session_id, tenant, profile, detector, location, action, "
-      "count FROM output_hits WHERE 1";
-  if (query.execution_id) sql += " AND execution_id = :execution";
-  if (query.tenant) sql += " AND tenant = :tenant";
-  if (query.since_ms) sql += " AND at_ms >= :since";
-  sql += " ORDER BY at_ms DESC, rowid DESC LIMIT :limit";
-  std::lock_guard lock(mu_);
-  KILN_ASSIGN_OR_RETURN(Statement q, Statement::Prepare(*db_, "query output hits", sql));
-  int i = 0;
-  if (query.execution_id) q.BindText(++i, *query.execution_id);
-  if (query.tenant) q.BindText(++i, *query.tenant);
-  if (query.since_ms) q.BindInt(++i, *query.since_ms);
-  q.BindInt(++i, query.limit);
+      "count FROM output_hits WHERE 1 = 1");
+  sql.AndIf(query.execution_id, "execution_id = ?")
+      .AndIf(query.tenant, "tenant = ?")
+      .AndIf(query.since_ms, "at_ms >= ?")
+      .Add(dialect_ == Dialect::kSqlite ? " ORDER BY at_ms DESC, rowid DESC LIMIT ?"
+                                        : " ORDER BY at_ms DESC, id DESC LIMIT ?",
+           query.limit);
+  KILN_ASSIGN_OR_RETURN(Rows q, Run("query output hits", sql));
   std::vector<OutputHitRow> rows;
-  for (;;) {
-    KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
-    if (!row) break;
+  rows.reserve(q.rows.size());
+  for (const Row& row : q.rows) {
     OutputHitRow r;
-    r.at_ms = q.Int(0);
-    r.execution_id = q.OptText(1);
-    r.session_id = q.OptText(2);
-    r.tenant = q.Text(3);
-    r.profile = q.Text(4);
-    r.detector = q.Text(5);
-    r.location = q.Text(6);
-    r.action = q.Text(7);
-    r.count = static_cast<uint64_t>(std::max<int64_t>(0, q.Int(8)));
+    r.at_ms = row.Int(0);
+    r.execution_id = row.OptText(1);
+    r.session_id = row.OptText(2);
+    r.tenant = row.Text(3);
+    r.profile = row.Text(4);
+    r.detector = row.Text(5);
+    r.location = row.Text(6);
+    r.action = row.Text(7);
+    r.count = static_cast<uint64_t>(std::max<int64_t>(0, row.Int(8)));
     rows.push_back(std::move(r));
   }
   return rows;
 }
 
 Result<int64_t> Store::RecordEvent(const EventRow& e) {
-  std::lock_guard lock(mu_);
   KILN_ASSIGN_OR_RETURN(
-      Statement insert,
-      Statement::Prepare(*db_, "insert security event",
-                         "INSERT INTO security_events (at_ms, kind, tenant, key_id, execution_id, "
-                         "session_id, client_addr, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"));
-  insert.BindInt(1, e.at_ms);
-  insert.BindText(2, e.kind);
-  insert.BindText(3, e.tenant);
-  insert.BindText(4, e.key_id);
-  insert.BindOptText(5, e.execution_id);
-  insert.BindOptText(6, e.session_id);
-  insert.BindText(7, e.client_addr);
-  insert.BindText(8, e.detail);
-  KILN_TRY(insert.Run());
-  return db_->LastInsertRowId();
+      Rows r, Run("insert security event",
+                  Sql("INSERT INTO security_events (at_ms, kind, tenant, key_id, execution_id, "
+                      "session_id, client_addr, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                      "RETURNING id",
+                      e.at_ms, e.kind, e.tenant, e.key_id, e.execution_id, e.session_id,
+                      e.client_addr, e.detail)));
+  if (r.rows.empty()) return Internal("insert security event: no id returned");
+  return r.rows[0].Int(0);
 }
 
 Result<std::vector<EventRow>> Store::QueryEvents(const EventQuery& query) {
   if (query.limit < 1 || query.limit > kMaxQueryLimit) {
     return InvalidArgument("events query: limit must be 1.." + std::to_string(kMaxQueryLimit));
   }
-  std::string sql =
+  Sql sql(
       "SELECT id, at_ms, kind, tenant, key_id, execution_id, session_id, client_addr, detail "
-      "FROM security_events WHERE 1";
-  if (query.tenant) sql += " AND tenant = :tenant";
-  if (query.kind) sql += " AND kind = :kind";
-  if (query.since_ms) sql += " AND at_ms >= :since";
-  if (query.after_id) sql += " AND id > :after";
-  sql += query.oldest_first ? " ORDER BY id ASC" : " ORDER BY id DESC";
-  sql += " LIMIT :limit";
-  std::lock_guard lock(mu_);
-  KILN_ASSIGN_OR_RETURN(Statement q, Statement::Prepare(*db_, "query security events", sql));
-  int i = 0;
-  if (query.tenant) q.BindText(++i, *query.tenant);
-  if (query.kind) q.BindText(++i, *query.kind);
-  if (query.since_ms) q.BindInt(++i, *query.since_ms);
-  if (query.after_id) q.BindInt(++i, *query.after_id);
-  q.BindInt(++i, query.limit);
+      "FROM security_events WHERE 1 = 1");
+  sql.AndIf(query.tenant, "tenant = ?")
+      .AndIf(query.kind, "kind = ?")
+      .AndIf(query.since_ms, "at_ms >= ?")
+      .AndIf(query.after_id, "id > ?")
+      .Add(query.oldest_first ? " ORDER BY id ASC" : " ORDER BY id DESC")
+      .Add(" LIMIT ?", query.limit);
+  KILN_ASSIGN_OR_RETURN(Rows q, Run("query security events", sql));
   std::vector<EventRow> rows;
-  for (;;) {
-    KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
-    if (!row) break;
+  rows.reserve(q.rows.size());
+  for (const Row& row : q.rows) {
     EventRow r;
-    r.id = q.Int(0);
-    r.at_ms = q.Int(1);
-    r.kind = q.Text(2);
-    r.tenant = q.Text(3);
-    r.key_id = q.Text(4);
-    r.execution_id = q.OptText(5);
-    r.session_id = q.OptText(6);
-    r.client_addr = q.Text(7);
-    r.detail = q.Text(8);
+    r.id = row.Int(0);
+    r.at_ms = row.Int(1);
+    r.kind = row.Text(2);
+    r.tenant = row.Text(3);
+    r.key_id = row.Text(4);
+    r.execution_id = row.OptText(5);
+    r.session_id = row.OptText(6);
+    r.client_addr = row.Text(7);
+    r.detail = row.Text(8);
     rows.push_back(std::move(r));
   }
   return rows;
@@ -732,185 +423,191 @@ Result<std::vector<EventRow>> Store::QueryEvents(const EventQuery& query) {
 
 Status Store::SetQuarantine(const QuarantineRow& q) {
   if (!IsValidTenant(q.tenant)) return InvalidArgument("quarantine: invalid tenant name");
-  std::lock_guard lock(mu_);
-  KILN_ASSIGN_OR_RETURN(Statement u,
-                        Statement::Prepare(*db_, "quarantine tenant",
-                                           "INSERT OR REPLACE INTO quarantines (tenant, since_ms, "
-                                           "reason, by_whom) VALUES (?, ?, ?, ?)"));
-  u.BindText(1, q.tenant);
-  u.BindInt(2, q.since_ms);
-  u.BindText(3, q.reason);
-  u.BindText(4, q.by);
-  return u.Run();
+  KILN_TRY(
+      Run("quarantine tenant",
+          Sql("INSERT INTO quarantines (tenant, since_ms, reason, by_whom) VALUES (?, ?, ?, ?) "
+              "ON CONFLICT (tenant) DO UPDATE SET since_ms = excluded.since_ms, "
+              "reason = excluded.reason, by_whom = excluded.by_whom",
+              q.tenant, q.since_ms, q.reason, q.by)));
+  return OkStatus();
 }
 
 Result<bool> Store::ClearQuarantine(std::string_view tenant) {
-  std::lock_guard lock(mu_);
   KILN_ASSIGN_OR_RETURN(
-      Statement d,
-      Statement::Prepare(*db_, "release tenant", "DELETE FROM quarantines WHERE tenant = ?"));
-  d.BindText(1, tenant);
-  KILN_TRY(d.Run());
-  return db_->Changes() > 0;
+      Rows d, Run("release tenant", Sql("DELETE FROM quarantines WHERE tenant = ?", tenant)));
+  return d.changes > 0;
 }
 
 Result<std::vector<QuarantineRow>> Store::ListQuarantines() {
-  std::lock_guard lock(mu_);
-  KILN_ASSIGN_OR_RETURN(
-      Statement q, Statement::Prepare(*db_, "list quarantines",
-                                      "SELECT tenant, since_ms, reason, by_whom FROM quarantines "
-                                      "ORDER BY tenant"));
+  KILN_ASSIGN_OR_RETURN(Rows q, Run("list quarantines",
+                                    Sql("SELECT tenant, since_ms, reason, by_whom FROM quarantines "
+                                        "ORDER BY tenant")));
   std::vector<QuarantineRow> out;
-  for (;;) {
-    KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
-    if (!row) break;
-    out.push_back(QuarantineRow{q.Text(0), q.Int(1), q.Text(2), q.Text(3)});
+  for (const Row& r : q.rows) {
+    out.push_back(QuarantineRow{r.Text(0), r.Int(1), r.Text(2), r.Text(3)});
   }
   return out;
 }
 
 Status Store::SetLockdown(const LockdownState& state) {
-  std::lock_guard lock(mu_);
-  KILN_ASSIGN_OR_RETURN(Statement u,
-                        Statement::Prepare(*db_, "set lockdown",
-                                           "INSERT OR REPLACE INTO server_state (name, value, "
-                                           "reason, since_ms, by_whom) VALUES ('lockdown', ?, ?, "
-                                           "?, ?)"));
-  u.BindText(1, state.on ? "on" : "off");
-  u.BindText(2, state.reason);
-  u.BindInt(3, state.since_ms);
-  u.BindText(4, state.by);
-  return u.Run();
+  KILN_TRY(
+      Run("set lockdown", Sql("INSERT INTO server_state (name, value, reason, since_ms, by_whom) "
+                              "VALUES ('lockdown', ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+                              "value = excluded.value, reason = excluded.reason, "
+                              "since_ms = excluded.since_ms, by_whom = excluded.by_whom",
+                              state.on ? "on" : "off", state.reason, state.since_ms, state.by)));
+  return OkStatus();
 }
 
 Result<LockdownState> Store::GetLockdown() {
-  std::lock_guard lock(mu_);
-  KILN_ASSIGN_OR_RETURN(Statement q,
-                        Statement::Prepare(*db_, "get lockdown",
-                                           "SELECT value, reason, since_ms, by_whom FROM "
-                                           "server_state WHERE name = 'lockdown'"));
+  KILN_ASSIGN_OR_RETURN(Rows q,
+                        Run("get lockdown", Sql("SELECT value, reason, since_ms, by_whom FROM "
+                                                "server_state WHERE name = 'lockdown'")));
   LockdownState state;
-  KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
-  if (row) {
-    state.on = q.Text(0) == "on";
-    state.reason = q.Text(1);
-    state.since_ms = q.Int(2);
-    state.by = q.Text(3);
+  if (!q.rows.empty()) {
+    const Row& r = q.rows[0];
+    state.on = r.Text(0) == "on";
+    state.reason = r.Text(1);
+    state.since_ms = r.Int(2);
+    state.by = r.Text(3);
   }
   return state;
 }
 
 Result<std::vector<TenantUsage>> Store::UsageSince(int64_t since_ms) {
-  std::lock_guard lock(mu_);
+  auto c = pool_->Acquire();
   std::map<std::string, TenantUsage> by_tenant;
-  {
-    KILN_ASSIGN_OR_RETURN(
-        Statement q,
-        Statement::Prepare(*db_, "tenant usage",
-                           "SELECT tenant, COUNT(*), SUM(status = 'rejected'), MAX(started_ms) "
-                           "FROM executions WHERE started_ms >= ? GROUP BY tenant"));
-    q.BindInt(1, since_ms);
-    for (;;) {
-      KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
-      if (!row) break;
-      TenantUsage& u = by_tenant[q.Text(0)];
-      u.tenant = q.Text(0);
-      u.executions = q.Int(1);
-      u.rejected = q.Int(2);
-      u.last_execution_ms = q.OptInt(3);
-    }
+  KILN_ASSIGN_OR_RETURN(
+      Rows executions,
+      c->Run("tenant usage",
+             Sql("SELECT tenant, COUNT(*), SUM(CASE WHEN status = 'rejected' THEN 1 ELSE 0 END), "
+                 "MAX(started_ms) FROM executions WHERE started_ms >= ? GROUP BY tenant",
+                 since_ms)));
+  for (const Row& r : executions.rows) {
+    TenantUsage& u = by_tenant[r.Text(0)];
+    u.tenant = r.Text(0);
+    u.executions = r.Int(1);
+    u.rejected = r.Int(2);
+    u.last_execution_ms = r.OptInt(3);
   }
-  {
-    KILN_ASSIGN_OR_RETURN(Statement q,
-                          Statement::Prepare(*db_, "tenant events",
-                                             "SELECT tenant, COUNT(*) FROM security_events WHERE "
-                                             "at_ms >= ? AND tenant != '' GROUP BY tenant"));
-    q.BindInt(1, since_ms);
-    for (;;) {
-      KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
-      if (!row) break;
-      TenantUsage& u = by_tenant[q.Text(0)];
-      u.tenant = q.Text(0);
-      u.events = q.Int(1);
-    }
+  KILN_ASSIGN_OR_RETURN(
+      Rows events, c->Run("tenant events", Sql("SELECT tenant, COUNT(*) FROM security_events WHERE "
+                                               "at_ms >= ? AND tenant != '' GROUP BY tenant",
+                                               since_ms)));
+  for (const Row& r : events.rows) {
+    TenantUsage& u = by_tenant[r.Text(0)];
+    u.tenant = r.Text(0);
+    u.events = r.Int(1);
   }
   std::vector<TenantUsage> out;
   for (auto& [name, u] : by_tenant) out.push_back(std::move(u));
   return out;
 }
 
+// --- The node registry.
+
+Status Store::Heartbeat(const NodeRow& n) {
+  const int64_t now = Now();
+  KILN_TRY(Run("node heartbeat",
+               Sql("INSERT INTO nodes (id, address, started_ms, heartbeat_ms, draining, lost_ms) "
+                   "VALUES (?, ?, ?, ?, ?, NULL) ON CONFLICT (id) DO UPDATE SET "
+                   "address = excluded.address, heartbeat_ms = excluded.heartbeat_ms, "
+                   "draining = excluded.draining, lost_ms = NULL",
+                   n.id, n.address, n.started_ms != 0 ? n.started_ms : now, now, n.draining)));
+  return OkStatus();
+}
+
+Result<std::vector<NodeRow>> Store::ListNodes() {
+  KILN_ASSIGN_OR_RETURN(Rows q, Run("list nodes", Sql("SELECT id, address, started_ms, "
+                                                      "heartbeat_ms, draining, lost_ms FROM nodes "
+                                                      "ORDER BY id")));
+  std::vector<NodeRow> out;
+  for (const Row& r : q.rows) {
+    out.push_back(NodeRow{r.Text(0), r.Text(1), r.Int(2), r.Int(3), r.Int(4) != 0, r.OptInt(5)});
+  }
+  return out;
+}
+
+Status Store::RemoveNode(std::string_view id) {
+  KILN_TRY(Run("remove node", Sql("DELETE FROM nodes WHERE id = ?", id)));
+  return OkStatus();
+}
+
+Result<int> Store::MarkNodeInterrupted(std::string_view node, std::string_view reason) {
+  KILN_ASSIGN_OR_RETURN(Rows u, Run("mark node's executions interrupted",
+                                    Sql("UPDATE executions SET status = 'interrupted', "
+                                        "ended_ms = ?, reason = ? WHERE status = 'running' AND "
+                                        "node = ?",
+                                        Now(), reason, node)));
+  return static_cast<int>(u.changes);
+}
+
+Result<std::vector<std::string>> Store::ReapLostNodes(int64_t timeout_ms) {
+  const int64_t now = Now();
+  KILN_ASSIGN_OR_RETURN(
+      Rows claimed,
+      Run("claim lost nodes", Sql("UPDATE nodes SET lost_ms = ? WHERE heartbeat_ms < ? AND "
+                                  "lost_ms IS NULL RETURNING id",
+                                  now, now - timeout_ms)));
+  std::vector<std::string> ids;
+  for (const Row& r : claimed.rows) {
+    ids.push_back(r.Text(0));
+    KILN_TRY(MarkNodeInterrupted(ids.back(), "node " + ids.back() +
+                                                 " was lost (its heartbeat expired) before the "
+                                                 "execution finished"));
+  }
+  return ids;
+}
+
 // --- The webhook queue.
 
 Status Store::EnqueueWebhook(const WebhookDelivery& d) {
-  std::lock_guard lock(mu_);
-  KILN_ASSIGN_OR_RETURN(Statement i,
-                        Statement::Prepare(*db_, "enqueue webhook",
-                                           "INSERT INTO webhook_queue (webhook, event_id, kind, "
-                                           "body, created_ms, next_ms) VALUES (?, ?, ?, ?, ?, ?)"));
-  i.BindText(1, d.webhook);
-  i.BindInt(2, d.event_id);
-  i.BindText(3, d.kind);
-  i.BindText(4, d.body);
-  i.BindInt(5, d.created_ms);
-  i.BindInt(6, d.next_ms);
-  return i.Run();
+  KILN_TRY(Run("enqueue webhook",
+               Sql("INSERT INTO webhook_queue (webhook, event_id, kind, body, created_ms, next_ms) "
+                   "VALUES (?, ?, ?, ?, ?, ?)",
+                   d.webhook, d.event_id, d.kind, d.body, d.created_ms, d.next_ms)));
+  return OkStatus();
 }
 
 Result<std::vector<WebhookDelivery>> Store::DueWebhooks(int64_t now_ms, int limit) {
-  std::lock_guard lock(mu_);
   KILN_ASSIGN_OR_RETURN(
-      Statement q,
-      Statement::Prepare(*db_, "due webhooks",
-                         "SELECT id, webhook, event_id, kind, body, created_ms, attempts, next_ms, "
-                         "last_error FROM webhook_queue WHERE next_ms <= ? ORDER BY id LIMIT ?"));
-  q.BindInt(1, now_ms);
-  q.BindInt(2, limit);
+      Rows q, Run("due webhooks",
+                  Sql("SELECT id, webhook, event_id, kind, body, created_ms, attempts, next_ms, "
+                      "last_error FROM webhook_queue WHERE next_ms <= ? ORDER BY id LIMIT ?",
+                      now_ms, limit)));
   std::vector<WebhookDelivery> out;
-  for (;;) {
-    KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
-    if (!row) break;
+  for (const Row& r : q.rows) {
     WebhookDelivery d;
-    d.id = q.Int(0);
-    d.webhook = q.Text(1);
-    d.event_id = q.Int(2);
-    d.kind = q.Text(3);
-    d.body = q.Text(4);
-    d.created_ms = q.Int(5);
-    d.attempts = static_cast<int>(q.Int(6));
-    d.next_ms = q.Int(7);
-    d.last_error = q.Text(8);
+    d.id = r.Int(0);
+    d.webhook = r.Text(1);
+    d.event_id = r.Int(2);
+    d.kind = r.Text(3);
+    d.body = r.Text(4);
+    d.created_ms = r.Int(5);
+    d.attempts = static_cast<int>(r.Int(6));
+    d.next_ms = r.Int(7);
+    d.last_error = r.Text(8);
     out.push_back(std::move(d));
   }
   return out;
 }
 
 Status Store::WebhookDone(int64_t id) {
-  std::lock_guard lock(mu_);
-  KILN_ASSIGN_OR_RETURN(Statement d, Statement::Prepare(*db_, "webhook done",
-                                                        "DELETE FROM webhook_queue WHERE id = ?"));
-  d.BindInt(1, id);
-  return d.Run();
+  KILN_TRY(Run("webhook done", Sql("DELETE FROM webhook_queue WHERE id = ?", id)));
+  return OkStatus();
 }
 
 Status Store::WebhookRetry(int64_t id, int attempts, int64_t next_ms, const std::string& error) {
-  std::lock_guard lock(mu_);
-  KILN_ASSIGN_OR_RETURN(Statement u,
-                        Statement::Prepare(*db_, "webhook retry",
-                                           "UPDATE webhook_queue SET attempts = ?, next_ms = ?, "
-                                           "last_error = ? WHERE id = ?"));
-  u.BindInt(1, attempts);
-  u.BindInt(2, next_ms);
-  u.BindText(3, error.substr(0, 500));
-  u.BindInt(4, id);
-  return u.Run();
+  KILN_TRY(Run("webhook retry", Sql("UPDATE webhook_queue SET attempts = ?, next_ms = ?, "
+                                    "last_error = ? WHERE id = ?",
+                                    attempts, next_ms, error.substr(0, 500), id)));
+  return OkStatus();
 }
 
 Result<int64_t> Store::WebhookQueued() {
-  std::lock_guard lock(mu_);
-  KILN_ASSIGN_OR_RETURN(Statement q, Statement::Prepare(*db_, "webhook queue size",
-                                                        "SELECT COUNT(*) FROM webhook_queue"));
-  KILN_ASSIGN_OR_RETURN(const bool row, q.Step());
-  return row ? q.Int(0) : 0;
+  KILN_ASSIGN_OR_RETURN(Rows q,
+                        Run("webhook queue size", Sql("SELECT COUNT(*) FROM webhook_queue")));
+  return q.rows.empty() ? 0 : q.rows[0].Int(0);
 }
 
 }  // namespace kiln::store

@@ -1,11 +1,19 @@
-// kiln::store: the server's durable state in one SQLite database
-// (DATA_DIR/kiln.db, WAL mode): API keys, stored only as SHA-256 hashes of
-// their secrets and each bound to a tenant, and the audit log, one row per
-// execution (failed and rejected ones too).
+// kiln::store: the server's durable state: API keys, stored only as SHA-256
+// hashes of their secrets and each bound to a tenant, and the audit log, one
+// row per execution (failed and rejected ones too), output hits, security
+// events, the operator's controls and the webhook queue.
 //
-// Threads: a Store is safe to call from any number of threads. It owns one
-// SQLite connection and serialises every call behind one mutex; each write
-// is its own transaction, committed before the call returns. Other processes
+// Two databases behind one interface (sql.h, docs/adr/0020): by default one
+// SQLite database (DATA_DIR/kiln.db, WAL mode) for one node; with a store URL
+// (`[store] url = "postgresql://..."`, `--store`) one PostgreSQL database a
+// fleet of nodes shares. The statements are the same for both; what follows
+// describes SQLite, and PostgreSQL's differences are noted where they are.
+//
+// Threads: a Store is safe to call from any number of threads. It owns a
+// pool of connections and gives each call one of its own: SQLite's pool is
+// one connection, so every call is serialised as before; PostgreSQL's is
+// OpenOptions::pool_size. Each write is its own transaction, committed
+// before the call returns. Other processes
 // (the `kiln keys` / `kiln audit` CLI next to a running server) may open the
 // same directory: SQLite's file locks and a busy timeout arbitrate, and
 // readers never block the writer in WAL mode.
@@ -30,10 +38,11 @@
 #include <vector>
 
 #include "base/result.h"
+#include "store/sql.h"
 
 namespace kiln::store {
 
-class Db;
+class ConnPool;
 
 // The reference design's audit retention; the server prunes with
 // Prune(NowMs() - DefaultRetentionDays * 86'400'000) from a timer.
@@ -41,7 +50,9 @@ inline constexpr int kDefaultRetentionDays = 30;
 inline constexpr int64_t kDayMs = 86'400'000;
 // The schema this build writes; Open migrates older databases to it and
 // refuses newer ones.
-inline constexpr int kSchemaVersion = 5;
+inline constexpr int kSchemaVersion = 6;
+// The same for a PostgreSQL store (its own series of migrations, postgres.cc).
+inline constexpr int kPostgresSchemaVersion = 2;
 
 // Where kiln keeps its state when --data-dir is not given: /var/lib/kiln for
 // root, else $XDG_STATE_HOME/kiln (when set and absolute), else
@@ -60,6 +71,22 @@ struct OpenOptions {
   int busy_timeout_ms = 5000;
   // The clock for created/revoked/last_used/interrupted times; tests fake it.
   std::function<int64_t()> now_ms;
+  // PostgreSQL only: connections in the pool (SQLite has one).
+  int pool_size = 4;
+  // The node this store serves, in a fleet (docs/adr/0020): every audit row
+  // BeginExecution writes names it, so another node can mark them
+  // interrupted when this one is lost. "" on a single node.
+  std::string node_id;
+};
+
+// One kiln node of a fleet, as the node registry holds it.
+struct NodeRow {
+  std::string id;       // [a-z0-9-], 1-32 chars: also the key in session ids
+  std::string address;  // host:port where the node serves HTTP
+  int64_t started_ms = 0;
+  int64_t heartbeat_ms = 0;        // the node's last heartbeat
+  bool draining = false;           // it takes no new sessions
+  std::optional<int64_t> lost_ms;  // when another node found its heartbeat expired
 };
 
 // What may be shown about a key: never its secret or hash.
@@ -130,6 +157,7 @@ struct AuditRow {
   std::optional<bool> stdout_truncated, stderr_truncated;
   std::optional<std::string> policy_violation;
   std::optional<std::string> reason;
+  std::optional<std::string> node;  // the fleet node that ran it (nullopt on a single node)
 };
 
 // Filters are ANDed; unset ones match everything. Newest first.
@@ -235,11 +263,21 @@ class Store final {
   // The CLI's --data-dir: `data_dir`, or DefaultDataDir() when it is empty;
   // `create`: make the database if it is not there (else it is an error).
   static Result<std::unique_ptr<Store>> OpenDataDir(const std::string& data_dir, bool create);
+  // The PostgreSQL database `url` names (postgresql://...), its schema
+  // migrated to kPostgresSchemaVersion; `options.create` does not apply.
+  // kInvalidArgument for another scheme, kUnavailable when it cannot connect.
+  static Result<std::unique_ptr<Store>> OpenUrl(const std::string& url, OpenOptions options = {});
+  // The CLI's and the server's choice: the store at `url` when it is set
+  // (--store, [store] url), else OpenDataDir(data_dir, create).
+  static Result<std::unique_ptr<Store>> OpenFor(const std::string& url, const std::string& data_dir,
+                                                bool create);
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
   ~Store();
 
+  // DATA_DIR/kiln.db, or the store URL without its password.
   const std::string& path() const { return path_; }
+  Dialect dialect() const { return dialect_; }
 
   // --- Keys.
 
@@ -296,6 +334,23 @@ class Store final {
   Result<LockdownState> GetLockdown();  // on = false when never set
   Result<std::vector<TenantUsage>> UsageSince(int64_t since_ms);
 
+  // --- The node registry (a fleet sharing a PostgreSQL store; SQLite holds
+  // it too, for one node).
+  // Inserts or refreshes the node's row: address, draining, heartbeat_ms =
+  // now, lost_ms cleared (a node found lost that beats again is back).
+  Status Heartbeat(const NodeRow& node);
+  // Every node, by id.
+  Result<std::vector<NodeRow>> ListNodes();
+  // The node left cleanly: its row is deleted.
+  Status RemoveNode(std::string_view id);
+  // Claims every node whose heartbeat is older than now - timeout_ms and that
+  // no node has claimed yet (one UPDATE ... RETURNING: of nodes reaping at
+  // once, each lost node goes to exactly one), sets its lost_ms, and marks
+  // its running audit rows "interrupted". Returns the claimed ids.
+  Result<std::vector<std::string>> ReapLostNodes(int64_t timeout_ms);
+  // The running rows of `node` become "interrupted" with `reason`; how many.
+  Result<int> MarkNodeInterrupted(std::string_view node, std::string_view reason);
+
   // --- The webhook queue.
   Status EnqueueWebhook(const WebhookDelivery& d);
   // Due ones (next_ms <= now), oldest first.
@@ -305,13 +360,19 @@ class Store final {
   Result<int64_t> WebhookQueued();
 
  private:
-  Store(std::string path, std::unique_ptr<Db> db, OpenOptions options);
+  Store(std::string path, Dialect dialect, std::vector<std::unique_ptr<Conn>> conns,
+        OpenOptions options);
   int64_t Now() const;
+  // One statement on a connection of the pool.
+  Result<Rows> Run(std::string_view what, const Sql& sql);
+  // DELETE in batches of rows matching `where` (binding older_than_ms).
+  Result<int> PruneTable(std::string_view what, std::string_view table, std::string_view key,
+                         std::string_view where, int64_t older_than_ms);
 
   const std::string path_;
+  const Dialect dialect_;
   const OpenOptions options_;
-  std::mutex mu_;
-  std::unique_ptr<Db> db_;  // guarded by mu_
+  std::unique_ptr<ConnPool> pool_;
 };
 
 }  // namespace kiln::store

@@ -16,6 +16,8 @@
 #include <thread>
 
 #include "store/api_key.h"
+#include "store/backends.h"
+#include "testlib/pg_cluster.h"
 #include "testlib/temp_dir.h"
 
 namespace kiln::store {
@@ -179,11 +181,76 @@ TEST(StoreOpen, DefaultDataDir) {
   }
 }
 
+// --- The same tests on both backends (P16; docs/adr/0020).
+
+// One throwaway PostgreSQL cluster for the whole binary, started on first
+// use; nullptr (and the reason) where it cannot start here.
+kiln::testing::PgCluster* SharedCluster(std::string* why_not) {
+  static std::string why;
+  static std::unique_ptr<kiln::testing::PgCluster> cluster = kiln::testing::PgCluster::Start(&why);
+  *why_not = why;
+  return cluster.get();
+}
+
+// A fresh database per test: a directory for SQLite, a new database in the
+// shared cluster for PostgreSQL. Open() may be called again for another
+// connection to the same database (another process, a restart).
+class StoreBackendTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "postgres") {
+      std::string why;
+      cluster_ = SharedCluster(&why);
+      if (cluster_ == nullptr) GTEST_SKIP() << "no PostgreSQL cluster: " << why;
+      static int n = 0;
+      auto url =
+          cluster_->CreateDatabase("t" + std::to_string(::getpid()) + "_" + std::to_string(++n));
+      ASSERT_TRUE(url.has_value());
+      url_ = *url;
+    }
+  }
+  bool postgres() const { return GetParam() == "postgres"; }
+  Result<std::unique_ptr<Store>> OpenRaw(OpenOptions options = {}) {
+    return postgres() ? Store::OpenUrl(url_, std::move(options))
+                      : Store::Open(tmp_.path(), std::move(options));
+  }
+  std::unique_ptr<Store> Open(OpenOptions options = {}) {
+    auto s = OpenRaw(std::move(options));
+    if (!s.ok()) {
+      ADD_FAILURE() << s.error().ToString();
+      return nullptr;
+    }
+    return std::move(*s);
+  }
+  // Every byte the database could hold.
+  std::string DbBytes() const {
+    return postgres() ? cluster_->AllBytes() : AllDbBytes(tmp_.path());
+  }
+
+  TempDir tmp_;
+  kiln::testing::PgCluster* cluster_ = nullptr;
+  std::string url_;
+};
+
+std::string BackendName(const ::testing::TestParamInfo<std::string>& info) { return info.param; }
+
+#define KILN_STORE_SUITE(name)             \
+  class name : public StoreBackendTest {}; \
+  INSTANTIATE_TEST_SUITE_P(, name, ::testing::Values("sqlite", "postgres"), BackendName)
+KILN_STORE_SUITE(StoreKeys);
+KILN_STORE_SUITE(StoreAudit);
+KILN_STORE_SUITE(StoreOutputHits);
+KILN_STORE_SUITE(StoreEvents);
+KILN_STORE_SUITE(StoreDurability);
+KILN_STORE_SUITE(StoreConcurrency);
+KILN_STORE_SUITE(StoreControls);
+KILN_STORE_SUITE(StoreNodes);
+#undef KILN_STORE_SUITE
+
 // --- Keys.
 
-TEST(StoreKeys, CreateAuthenticateListRevoke) {
-  TempDir tmp;
-  auto s = MustOpen(tmp.path());
+TEST_P(StoreKeys, CreateAuthenticateListRevoke) {
+  auto s = Open();
   ASSERT_NE(s, nullptr);
   auto a = s->CreateKey("acme");
   auto b = s->CreateKey("globex");
@@ -224,10 +291,9 @@ TEST(StoreKeys, CreateAuthenticateListRevoke) {
   for (const auto& k : *list) EXPECT_EQ(k.revoked_ms.has_value(), k.id == a->info.id);
 }
 
-TEST(StoreKeys, RevokeTwiceKeepsTheFirstTimeAndUnknownIdsAreNotFound) {
-  TempDir tmp;
+TEST_P(StoreKeys, RevokeTwiceKeepsTheFirstTimeAndUnknownIdsAreNotFound) {
   int64_t now = 1'000'000;
-  auto s = MustOpen(tmp.path(), FakeClock(&now));
+  auto s = Open(FakeClock(&now));
   ASSERT_NE(s, nullptr);
   auto k = s->CreateKey("acme");
   ASSERT_TRUE(k.ok());
@@ -247,9 +313,8 @@ TEST(StoreKeys, RevokeTwiceKeepsTheFirstTimeAndUnknownIdsAreNotFound) {
   EXPECT_EQ(bad.error().code, Code::kInvalidArgument);
 }
 
-TEST(StoreKeys, TenantNamesAreValidated) {
-  TempDir tmp;
-  auto s = MustOpen(tmp.path());
+TEST_P(StoreKeys, TenantNamesAreValidated) {
+  auto s = Open();
   ASSERT_NE(s, nullptr);
   for (std::string bad : {std::string(), std::string(65, 'x'), std::string("a b"),
                           std::string("a/b"), std::string("x;DROP TABLE api_keys")}) {
@@ -264,9 +329,8 @@ TEST(StoreKeys, TenantNamesAreValidated) {
   EXPECT_EQ(list->size(), 2u);
 }
 
-TEST(StoreKeys, WrongOrMalformedKeysAreNotAuthenticated) {
-  TempDir tmp;
-  auto s = MustOpen(tmp.path());
+TEST_P(StoreKeys, WrongOrMalformedKeysAreNotAuthenticated) {
+  auto s = Open();
   ASSERT_NE(s, nullptr);
   auto a = s->CreateKey("acme");
   auto b = s->CreateKey("acme");
@@ -323,10 +387,9 @@ TEST(StoreKeys, WrongOrMalformedKeysAreNotAuthenticated) {
   EXPECT_TRUE(good->has_value());
 }
 
-TEST(StoreKeys, LastUsedIsUpdatedAtMostOnceAMinute) {
-  TempDir tmp;
+TEST_P(StoreKeys, LastUsedIsUpdatedAtMostOnceAMinute) {
   int64_t now = 10'000'000;
-  auto s = MustOpen(tmp.path(), FakeClock(&now));
+  auto s = Open(FakeClock(&now));
   ASSERT_NE(s, nullptr);
   auto k = s->CreateKey("acme");
   ASSERT_TRUE(k.ok());
@@ -347,9 +410,8 @@ TEST(StoreKeys, LastUsedIsUpdatedAtMostOnceAMinute) {
   EXPECT_EQ(last_used(), 10'060'000);
 }
 
-TEST(StoreKeys, SecretIsNowhereInTheDatabaseFiles) {
-  TempDir tmp;
-  auto s = MustOpen(tmp.path());
+TEST_P(StoreKeys, SecretIsNowhereInTheDatabaseFiles) {
+  auto s = Open();
   ASSERT_NE(s, nullptr);
   std::vector<NewKey> keys;
   for (int i = 0; i < 3; ++i) {
@@ -365,7 +427,7 @@ TEST(StoreKeys, SecretIsNowhereInTheDatabaseFiles) {
   // into the main file).
   for (int round = 0; round < 2; ++round) {
     if (round == 1) s.reset();
-    const std::string bytes = AllDbBytes(tmp.path());
+    const std::string bytes = DbBytes();
     ASSERT_FALSE(bytes.empty());
     for (const auto& k : keys) {
       auto parsed = ParseApiKey(k.key);
@@ -387,9 +449,8 @@ TEST(StoreKeys, SecretIsNowhereInTheDatabaseFiles) {
 
 // --- Audit.
 
-TEST(StoreAudit, BeginFinishRoundTrip) {
-  TempDir tmp;
-  auto s = MustOpen(tmp.path());
+TEST_P(StoreAudit, BeginFinishRoundTrip) {
+  auto s = Open();
   ASSERT_NE(s, nullptr);
   AuditStart st = Start("exec-1", 1000);
   st.session_id = "sess-9";
@@ -443,9 +504,8 @@ TEST(StoreAudit, BeginFinishRoundTrip) {
   EXPECT_EQ(r->reason, "import of os refused");
 }
 
-TEST(StoreAudit, WithoutStoreCodeOnlyTheHashAndSizeAreKept) {
-  TempDir tmp;
-  auto s = MustOpen(tmp.path());
+TEST_P(StoreAudit, WithoutStoreCodeOnlyTheHashAndSizeAreKept) {
+  auto s = Open();
   ASSERT_NE(s, nullptr);
   AuditStart st = Start("exec-h", 1000);
   st.code = "abc";
@@ -461,17 +521,16 @@ TEST(StoreAudit, WithoutStoreCodeOnlyTheHashAndSizeAreKept) {
   EXPECT_EQ(r->code, std::nullopt);
   EXPECT_EQ(r->code_sha256, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   EXPECT_EQ(r->code_size, 3u);
-  EXPECT_FALSE(Contains(AllDbBytes(tmp.path()), "kiln-private-marker-7f3a9c"));
+  EXPECT_FALSE(Contains(DbBytes(), "kiln-private-marker-7f3a9c"));
 
   AuditStart kept = Start("exec-k", 1002);
   kept.code = "print('kiln-kept-marker-1b2c')";
   ASSERT_TRUE(s->BeginExecution(kept).ok());
-  EXPECT_TRUE(Contains(AllDbBytes(tmp.path()), "kiln-kept-marker-1b2c"));  // the scan can see code
+  EXPECT_TRUE(Contains(DbBytes(), "kiln-kept-marker-1b2c"));  // the scan can see code
 }
 
-TEST(StoreAudit, DuplicateIdsUnknownIdsAndEmptyIdsAreErrors) {
-  TempDir tmp;
-  auto s = MustOpen(tmp.path());
+TEST_P(StoreAudit, DuplicateIdsUnknownIdsAndEmptyIdsAreErrors) {
+  auto s = Open();
   ASSERT_NE(s, nullptr);
   ASSERT_TRUE(s->BeginExecution(Start("dup", 1)).ok());
   Status again = s->BeginExecution(Start("dup", 2));
@@ -490,9 +549,8 @@ TEST(StoreAudit, DuplicateIdsUnknownIdsAndEmptyIdsAreErrors) {
   EXPECT_EQ(bad_limit.error().code, Code::kInvalidArgument);
 }
 
-TEST(StoreAudit, QueryFiltersAndOrder) {
-  TempDir tmp;
-  auto s = MustOpen(tmp.path());
+TEST_P(StoreAudit, QueryFiltersAndOrder) {
+  auto s = Open();
   ASSERT_NE(s, nullptr);
   struct Row {
     const char* id;
@@ -535,10 +593,9 @@ TEST(StoreAudit, QueryFiltersAndOrder) {
   EXPECT_EQ(ids(Q("acme' OR '1'='1")), V{});
 }
 
-TEST(StoreAudit, MarkInterruptedFinishesRunningRowsOnly) {
-  TempDir tmp;
+TEST_P(StoreAudit, MarkInterruptedFinishesRunningRowsOnly) {
   int64_t now = 777'000;
-  auto s = MustOpen(tmp.path(), FakeClock(&now));
+  auto s = Open(FakeClock(&now));
   ASSERT_NE(s, nullptr);
   ASSERT_TRUE(s->BeginExecution(Start("a", 100)).ok());
   ASSERT_TRUE(s->BeginExecution(Start("b", 200)).ok());
@@ -563,9 +620,8 @@ TEST(StoreAudit, MarkInterruptedFinishesRunningRowsOnly) {
   EXPECT_EQ(*again, 0);
 }
 
-TEST(StoreAudit, PruneDeletesOldFinishedRowsInBatches) {
-  TempDir tmp;
-  auto s = MustOpen(tmp.path());
+TEST_P(StoreAudit, PruneDeletesOldFinishedRowsInBatches) {
+  auto s = Open();
   ASSERT_NE(s, nullptr);
   // 1203 old finished rows (more than two batches), 3 new ones, and one old
   // row still running.
@@ -594,9 +650,8 @@ TEST(StoreAudit, PruneDeletesOldFinishedRowsInBatches) {
   EXPECT_EQ(kDefaultRetentionDays, 30);
 }
 
-TEST(StoreOutputHits, RecordQueryAndPrune) {
-  TempDir tmp;
-  auto s = MustOpen(tmp.path());
+TEST_P(StoreOutputHits, RecordQueryAndPrune) {
+  auto s = Open();
   ASSERT_NE(s, nullptr);
   OutputHitRow a;
   a.at_ms = 1000;
@@ -635,9 +690,8 @@ TEST(StoreOutputHits, RecordQueryAndPrune) {
   EXPECT_EQ(rest->size(), 1u);
 }
 
-TEST(StoreEvents, RecordQueryFilterCursorAndPrune) {
-  TempDir tmp;
-  auto s = MustOpen(tmp.path());
+TEST_P(StoreEvents, RecordQueryFilterCursorAndPrune) {
+  auto s = Open();
   ASSERT_NE(s, nullptr);
   EventRow e;
   e.at_ms = 1000;
@@ -685,14 +739,13 @@ TEST(StoreEvents, RecordQueryFilterCursorAndPrune) {
 
 // --- Durability and concurrency.
 
-TEST(StoreDurability, RowsSurviveSigkillAndAreSeenByAnotherConnection) {
-  TempDir tmp;
+TEST_P(StoreDurability, RowsSurviveSigkillAndAreSeenByAnotherConnection) {
   {
     // Visible to a second connection while the first is still open.
-    auto a = MustOpen(tmp.path());
+    auto a = Open();
     ASSERT_NE(a, nullptr);
     ASSERT_TRUE(a->BeginExecution(Start("live", 10)).ok());
-    auto b = MustOpen(tmp.path(), NoCreate());
+    auto b = Open(NoCreate());
     ASSERT_NE(b, nullptr);
     EXPECT_TRUE(Get(*b, "live").has_value());
   }
@@ -701,7 +754,7 @@ TEST(StoreDurability, RowsSurviveSigkillAndAreSeenByAnotherConnection) {
   if (pid == 0) {
     // The child: write a finished and a running row, then die without any
     // cleanup, as a SIGKILLed server would.
-    auto opened = Store::Open(tmp.path());
+    auto opened = OpenRaw();
     if (!opened.ok()) ::_exit(10);
     Store& s = **opened;
     if (!s.BeginExecution(Start("done", 100)).ok()) ::_exit(11);
@@ -715,7 +768,7 @@ TEST(StoreDurability, RowsSurviveSigkillAndAreSeenByAnotherConnection) {
   ASSERT_TRUE(WIFSIGNALED(status)) << "child exited " << WEXITSTATUS(status);
   ASSERT_EQ(WTERMSIG(status), SIGKILL);
 
-  auto s = MustOpen(tmp.path());
+  auto s = Open();
   ASSERT_NE(s, nullptr);
   auto done = Get(*s, "done");
   ASSERT_TRUE(done.has_value());
@@ -729,14 +782,13 @@ TEST(StoreDurability, RowsSurviveSigkillAndAreSeenByAnotherConnection) {
   EXPECT_EQ(in_flight->status, "interrupted");
 }
 
-TEST(StoreConcurrency, EightThreadsBeginFinishAuthenticate) {
-  TempDir tmp;
-  auto s = MustOpen(tmp.path());
+TEST_P(StoreConcurrency, EightThreadsBeginFinishAuthenticate) {
+  auto s = Open();
   ASSERT_NE(s, nullptr);
   auto key = s->CreateKey("acme");
   ASSERT_TRUE(key.ok());
   // A second process-like connection reading at the same time.
-  auto reader = MustOpen(tmp.path());
+  auto reader = Open();
   ASSERT_NE(reader, nullptr);
   constexpr int kThreads = 8, kPerThread = 40;
   std::string wrong = key->key;
@@ -771,6 +823,334 @@ TEST(StoreConcurrency, EightThreadsBeginFinishAuthenticate) {
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->size(), static_cast<size_t>(kThreads * kPerThread));
   for (const auto& r : *all) EXPECT_EQ(r.status, "ok") << r.id;
+}
+
+// --- Operator controls, usage and the webhook queue.
+
+TEST_P(StoreControls, QuarantineSetReplaceListClear) {
+  auto s = Open();
+  ASSERT_NE(s, nullptr);
+  auto none = s->ListQuarantines();
+  ASSERT_TRUE(none.ok()) << none.error().ToString();
+  EXPECT_TRUE(none->empty());
+  ASSERT_TRUE(s->SetQuarantine(QuarantineRow{"zeta", 10, "first", "kiln CLI"}).ok());
+  ASSERT_TRUE(s->SetQuarantine(QuarantineRow{"Acme", 20, "why", "key 0123456789ab"}).ok());
+  // Again for the same tenant: replaced, not a second row.
+  ASSERT_TRUE(s->SetQuarantine(QuarantineRow{"zeta", 30, "second", "rule r1"}).ok());
+  auto list = s->ListQuarantines();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 2u);
+  EXPECT_EQ((*list)[0].tenant, "Acme");  // byte order: upper case first
+  EXPECT_EQ((*list)[1].tenant, "zeta");
+  EXPECT_EQ((*list)[1].since_ms, 30);
+  EXPECT_EQ((*list)[1].reason, "second");
+  EXPECT_EQ((*list)[1].by, "rule r1");
+  EXPECT_FALSE(s->SetQuarantine(QuarantineRow{"a b", 1, "", ""}).ok());
+  auto cleared = s->ClearQuarantine("zeta");
+  ASSERT_TRUE(cleared.ok());
+  EXPECT_TRUE(*cleared);
+  cleared = s->ClearQuarantine("zeta");
+  ASSERT_TRUE(cleared.ok());
+  EXPECT_FALSE(*cleared);
+  list = s->ListQuarantines();
+  ASSERT_TRUE(list.ok());
+  ASSERT_EQ(list->size(), 1u);
+  EXPECT_EQ((*list)[0].tenant, "Acme");
+}
+
+TEST_P(StoreControls, LockdownIsKeptAcrossOpens) {
+  {
+    auto s = Open();
+    ASSERT_NE(s, nullptr);
+    auto off = s->GetLockdown();
+    ASSERT_TRUE(off.ok()) << off.error().ToString();
+    EXPECT_FALSE(off->on);
+    ASSERT_TRUE(s->SetLockdown(LockdownState{true, "incident 7", 500, "kiln CLI"}).ok());
+    ASSERT_TRUE(s->SetLockdown(LockdownState{true, "incident 8", 600, "key abc"}).ok());
+  }
+  auto s = Open();
+  ASSERT_NE(s, nullptr);
+  auto on = s->GetLockdown();
+  ASSERT_TRUE(on.ok());
+  EXPECT_TRUE(on->on);
+  EXPECT_EQ(on->reason, "incident 8");
+  EXPECT_EQ(on->since_ms, 600);
+  EXPECT_EQ(on->by, "key abc");
+  ASSERT_TRUE(s->SetLockdown(LockdownState{false, "", 700, "kiln CLI"}).ok());
+  on = s->GetLockdown();
+  ASSERT_TRUE(on.ok());
+  EXPECT_FALSE(on->on);
+}
+
+TEST_P(StoreControls, UsageSinceCountsExecutionsRejectionsAndEvents) {
+  auto s = Open();
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->BeginExecution(Start("old", 50, "acme")).ok());
+  ASSERT_TRUE(s->BeginExecution(Start("a1", 100, "acme")).ok());
+  ASSERT_TRUE(s->BeginExecution(Start("a2", 300, "acme")).ok());
+  ASSERT_TRUE(s->FinishExecution(Finish("a2", 310, "rejected")).ok());
+  ASSERT_TRUE(s->BeginExecution(Start("g1", 200, "globex")).ok());
+  EventRow e;
+  e.at_ms = 150;
+  e.kind = "auth_failures";
+  e.tenant = "initech";
+  ASSERT_TRUE(s->RecordEvent(e).ok());
+  e.tenant = "";  // an unauthenticated address: no tenant to count it for
+  ASSERT_TRUE(s->RecordEvent(e).ok());
+  auto usage = s->UsageSince(100);
+  ASSERT_TRUE(usage.ok()) << usage.error().ToString();
+  ASSERT_EQ(usage->size(), 3u);
+  EXPECT_EQ((*usage)[0].tenant, "acme");
+  EXPECT_EQ((*usage)[0].executions, 2);
+  EXPECT_EQ((*usage)[0].rejected, 1);
+  EXPECT_EQ((*usage)[0].last_execution_ms, 300);
+  EXPECT_EQ((*usage)[1].tenant, "globex");
+  EXPECT_EQ((*usage)[1].executions, 1);
+  EXPECT_EQ((*usage)[1].rejected, 0);
+  EXPECT_EQ((*usage)[2].tenant, "initech");
+  EXPECT_EQ((*usage)[2].executions, 0);
+  EXPECT_EQ((*usage)[2].events, 1);
+}
+
+TEST_P(StoreControls, WebhookQueueDueRetryDone) {
+  auto s = Open();
+  ASSERT_NE(s, nullptr);
+  for (int i = 0; i < 3; ++i) {
+    WebhookDelivery d;
+    d.webhook = "pager";
+    d.event_id = 10 + i;
+    d.kind = "escape_attempt";
+    d.body = "{\"n\":" + std::to_string(i) + "}";
+    d.created_ms = 1000;
+    d.next_ms = 1000 + i * 100;
+    ASSERT_TRUE(s->EnqueueWebhook(d).ok());
+  }
+  auto queued = s->WebhookQueued();
+  ASSERT_TRUE(queued.ok());
+  EXPECT_EQ(*queued, 3);
+  auto due = s->DueWebhooks(1100, 10);
+  ASSERT_TRUE(due.ok()) << due.error().ToString();
+  ASSERT_EQ(due->size(), 2u);  // the third is not due before 1200
+  EXPECT_EQ((*due)[0].event_id, 10);
+  EXPECT_EQ((*due)[0].body, "{\"n\":0}");
+  EXPECT_EQ((*due)[0].attempts, 0);
+  EXPECT_LT((*due)[0].id, (*due)[1].id);
+  ASSERT_TRUE(s->WebhookRetry((*due)[0].id, 1, 5000, std::string(600, 'e')).ok());
+  ASSERT_TRUE(s->WebhookDone((*due)[1].id).ok());
+  due = s->DueWebhooks(1300, 10);
+  ASSERT_TRUE(due.ok());
+  ASSERT_EQ(due->size(), 1u);
+  EXPECT_EQ((*due)[0].event_id, 12);
+  due = s->DueWebhooks(5000, 1);
+  ASSERT_TRUE(due.ok());
+  ASSERT_EQ(due->size(), 1u);
+  EXPECT_EQ((*due)[0].event_id, 10);
+  EXPECT_EQ((*due)[0].attempts, 1);
+  EXPECT_EQ((*due)[0].last_error, std::string(500, 'e'));  // kept to 500 bytes
+  queued = s->WebhookQueued();
+  ASSERT_TRUE(queued.ok());
+  EXPECT_EQ(*queued, 2);
+}
+
+// --- The node registry.
+
+TEST_P(StoreNodes, HeartbeatListDrainRemove) {
+  int64_t now = 1'000'000;
+  auto s = Open(FakeClock(&now));
+  ASSERT_NE(s, nullptr);
+  ASSERT_TRUE(s->Heartbeat(NodeRow{"n2", "127.0.0.1:8082", 0, 0, false, std::nullopt}).ok());
+  ASSERT_TRUE(s->Heartbeat(NodeRow{"n1", "127.0.0.1:8081", 0, 0, false, std::nullopt}).ok());
+  now += 2000;
+  ASSERT_TRUE(s->Heartbeat(NodeRow{"n1", "127.0.0.1:9091", 0, 0, true, std::nullopt}).ok());
+  auto nodes = s->ListNodes();
+  ASSERT_TRUE(nodes.ok()) << nodes.error().ToString();
+  ASSERT_EQ(nodes->size(), 2u);
+  EXPECT_EQ((*nodes)[0].id, "n1");
+  EXPECT_EQ((*nodes)[0].address, "127.0.0.1:9091");
+  EXPECT_EQ((*nodes)[0].started_ms, 1'000'000);  // the first beat's, kept
+  EXPECT_EQ((*nodes)[0].heartbeat_ms, 1'002'000);
+  EXPECT_TRUE((*nodes)[0].draining);
+  EXPECT_FALSE((*nodes)[0].lost_ms.has_value());
+  EXPECT_EQ((*nodes)[1].id, "n2");
+  EXPECT_EQ((*nodes)[1].heartbeat_ms, 1'000'000);
+  EXPECT_FALSE((*nodes)[1].draining);
+  ASSERT_TRUE(s->RemoveNode("n2").ok());
+  nodes = s->ListNodes();
+  ASSERT_TRUE(nodes.ok());
+  ASSERT_EQ(nodes->size(), 1u);
+  EXPECT_EQ((*nodes)[0].id, "n1");
+}
+
+TEST_P(StoreNodes, ALostNodesRunningRowsAreInterruptedOnceAndOnlyItsOwn) {
+  int64_t now = 5'000'000;
+  OpenOptions a = FakeClock(&now);
+  a.node_id = "node-a";
+  OpenOptions b = FakeClock(&now);
+  b.node_id = "node-b";
+  auto sa = Open(a);
+  auto sb = Open(b);
+  ASSERT_NE(sa, nullptr);
+  ASSERT_NE(sb, nullptr);
+  ASSERT_TRUE(sa->Heartbeat(NodeRow{"node-a", "a:1", 0, 0, false, std::nullopt}).ok());
+  ASSERT_TRUE(sb->Heartbeat(NodeRow{"node-b", "b:1", 0, 0, false, std::nullopt}).ok());
+  ASSERT_TRUE(sa->BeginExecution(Start("a-running", 10)).ok());
+  ASSERT_TRUE(sa->BeginExecution(Start("a-done", 11)).ok());
+  ASSERT_TRUE(sa->FinishExecution(Finish("a-done", 12)).ok());
+  ASSERT_TRUE(sb->BeginExecution(Start("b-running", 13)).ok());
+
+  // Within the timeout nobody is lost.
+  now += 9'000;
+  ASSERT_TRUE(sb->Heartbeat(NodeRow{"node-b", "b:1", 0, 0, false, std::nullopt}).ok());
+  auto lost = sb->ReapLostNodes(10'000);
+  ASSERT_TRUE(lost.ok()) << lost.error().ToString();
+  EXPECT_TRUE(lost->empty());
+  // node-a stops beating; past the timeout node-b claims it, once.
+  now += 2'000;
+  lost = sb->ReapLostNodes(10'000);
+  ASSERT_TRUE(lost.ok());
+  EXPECT_EQ(*lost, std::vector<std::string>{"node-a"});
+  lost = sb->ReapLostNodes(10'000);
+  ASSERT_TRUE(lost.ok());
+  EXPECT_TRUE(lost->empty());  // already claimed
+  auto running = Get(*sb, "a-running");
+  ASSERT_TRUE(running.has_value());
+  EXPECT_EQ(running->status, "interrupted");
+  EXPECT_EQ(running->ended_ms, now);
+  EXPECT_EQ(running->node, "node-a");
+  EXPECT_NE(running->reason.value_or("").find("node node-a was lost"), std::string::npos);
+  EXPECT_EQ(Get(*sb, "a-done")->status, "ok");
+  EXPECT_EQ(Get(*sb, "b-running")->status, "running");  // the living node's rows stay
+  auto nodes = sb->ListNodes();
+  ASSERT_TRUE(nodes.ok());
+  ASSERT_EQ(nodes->size(), 2u);
+  EXPECT_EQ((*nodes)[0].lost_ms, now);
+  // A lost node that beats again is back.
+  ASSERT_TRUE(sa->Heartbeat(NodeRow{"node-a", "a:1", 0, 0, false, std::nullopt}).ok());
+  nodes = sb->ListNodes();
+  ASSERT_TRUE(nodes.ok());
+  EXPECT_FALSE((*nodes)[0].lost_ms.has_value());
+  // A restarted node marks its own old rows.
+  ASSERT_TRUE(sb->BeginExecution(Start("b-second", 14)).ok());
+  auto own = sb->MarkNodeInterrupted("node-b", "restarted");
+  ASSERT_TRUE(own.ok());
+  EXPECT_EQ(*own, 2);
+  EXPECT_EQ(Get(*sb, "b-second")->reason, "restarted");
+}
+
+// --- PostgreSQL only: the URL, the schema, the pool.
+
+class StorePostgres : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    cluster_ = SharedCluster(&why);
+    if (cluster_ == nullptr) GTEST_SKIP() << "no PostgreSQL cluster: " << why;
+    static int n = 0;
+    auto url =
+        cluster_->CreateDatabase("p" + std::to_string(::getpid()) + "_" + std::to_string(++n));
+    ASSERT_TRUE(url.has_value());
+    url_ = *url;
+  }
+  kiln::testing::PgCluster* cluster_ = nullptr;
+  std::string url_;
+};
+
+TEST(StoreUrl, OnlyPostgresUrlsAreAcceptedAndPasswordsAreNeverShown) {
+  auto s = Store::OpenUrl("mysql://db/kiln");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, Code::kInvalidArgument);
+  EXPECT_EQ(RedactUrl("postgresql://kiln:s3cret@db.example:5432/kiln?sslmode=require"),
+            "postgresql://kiln@db.example:5432/kiln?sslmode=require");
+  EXPECT_EQ(RedactUrl("postgresql://kiln@db/kiln"), "postgresql://kiln@db/kiln");
+  EXPECT_EQ(RedactUrl("postgresql:///kiln?host=/run/pg"), "postgresql:///kiln?host=/run/pg");
+  EXPECT_TRUE(IsPostgresUrl("postgres://x/y"));
+  EXPECT_FALSE(IsPostgresUrl("sqlite:///x"));
+}
+
+TEST(StoreUrl, AnUnreachableServerIsUnavailableNamingItWithoutThePassword) {
+  TempDir tmp;  // a socket directory with no server in it
+  auto s =
+      Store::OpenUrl("postgresql://kiln:s3cret@/kiln?host=" + tmp.path() + "&connect_timeout=2");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, Code::kUnavailable) << s.error().ToString();
+  EXPECT_EQ(s.error().message.find("s3cret"), std::string::npos) << s.error().message;
+}
+
+TEST_F(StorePostgres, RecordsTheSchemaVersionAndRefusesANewerOne) {
+  {
+    auto s = Store::OpenUrl(url_);
+    ASSERT_TRUE(s.ok()) << s.error().ToString();
+    EXPECT_EQ((*s)->dialect(), Dialect::kPostgres);
+    EXPECT_EQ((*s)->path(), url_);  // no password in it to hide
+  }
+  // Opening again migrates nothing and keeps the rows.
+  {
+    auto s = Store::OpenUrl(url_);
+    ASSERT_TRUE(s.ok()) << s.error().ToString();
+    ASSERT_TRUE((*s)->CreateKey("acme").ok());
+  }
+  auto psql = std::string(kiln::testing::PgCluster::kBinDir) + "/psql -q -h " + cluster_->dir() +
+              " -p 5432 -U kiln -d " +
+              url_.substr(url_.find(":///") + 4, url_.find('?') - url_.find(":///") - 4);
+  ASSERT_EQ(std::system((psql + " -tAc 'SELECT version FROM schema_version' > " + cluster_->dir() +
+                         "/v.txt")
+                            .c_str()),
+            0);
+  EXPECT_EQ(ReadFile(cluster_->dir() + "/v.txt"), std::to_string(kPostgresSchemaVersion) + "\n");
+  ASSERT_EQ(std::system((psql + " -c 'UPDATE schema_version SET version = 99'").c_str()), 0);
+  auto s = Store::OpenUrl(url_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code, Code::kFailedPrecondition);
+  EXPECT_NE(s.error().message.find("99"), std::string::npos) << s.error().message;
+}
+
+TEST_F(StorePostgres, NodesOpeningANewDatabaseTogetherMigrateItOnce) {
+  constexpr int kOpeners = 4;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int i = 0; i < kOpeners; ++i) {
+    threads.emplace_back([&] {
+      auto s = Store::OpenUrl(url_);
+      if (!s.ok()) {
+        ADD_FAILURE() << s.error().ToString();
+        ++failures;
+        return;
+      }
+      if (!(*s)->CreateKey("acme").ok()) ++failures;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  auto s = Store::OpenUrl(url_);
+  ASSERT_TRUE(s.ok());
+  auto keys = (*s)->ListKeys();
+  ASSERT_TRUE(keys.ok());
+  EXPECT_EQ(keys->size(), static_cast<size_t>(kOpeners));
+}
+
+TEST_F(StorePostgres, AConnectionTheServerClosedIsOpenedAgain) {
+  OpenOptions one;
+  one.pool_size = 1;
+  auto s = Store::OpenUrl(url_, one);
+  ASSERT_TRUE(s.ok()) << s.error().ToString();
+  ASSERT_TRUE((*s)->CreateKey("acme").ok());
+  // Ends every backend of this database, as a server restart would.
+  const std::string db = url_.substr(url_.find(":///") + 4, url_.find('?') - url_.find(":///") - 4);
+  const std::string psql = std::string(kiln::testing::PgCluster::kBinDir) + "/psql -q -h " +
+                           cluster_->dir() +
+                           " -p 5432 -U kiln -d postgres -c \"SELECT "
+                           "pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '" +
+                           db + "'\" > /dev/null";
+  ASSERT_EQ(std::system(psql.c_str()), 0);
+  // The statement that meets the closed connection fails (never retried: it
+  // might have been applied); the next one reconnects.
+  auto first = (*s)->ListKeys();
+  if (!first.ok()) {
+    EXPECT_EQ(first.error().code, Code::kUnavailable) << first.error().ToString();
+  }
+  auto keys = (*s)->ListKeys();
+  ASSERT_TRUE(keys.ok()) << keys.error().ToString();
+  EXPECT_EQ(keys->size(), 1u);
 }
 
 }  // namespace

@@ -91,11 +91,11 @@ class KilnServer {
     if (running()) Terminate(15s);
   }
 
-  // Starts `kiln serve --listen 127.0.0.1:0 --data-dir DATA --config CONFIG`,
-  // reads the port from its stderr and waits for GET /healthz. stdout and
-  // stderr go to files next to the config (`tag` names them).
+  // Starts `kiln serve --listen 127.0.0.1:0 --data-dir DATA --config CONFIG`
+  // (then `extra`), reads the port from its stderr and waits for GET /healthz.
+  // stdout and stderr go to files next to the config (`tag` names them).
   bool Start(const std::string& data_dir, const std::string& config, const std::string& tag,
-             std::string* why) {
+             std::string* why, const std::vector<std::string>& extra = {}) {
     const std::string base = fs::path(config).parent_path().string() + "/" + tag;
     out_path_ = base + ".stdout";
     err_path_ = base + ".stderr";
@@ -105,11 +105,20 @@ class KilnServer {
     o.env = {{"KILN_TEST_SERVER_OUT", out_path_},
              {"KILN_TEST_SERVER_ERR", err_path_},
              {"KILN_LOG", "info"}};
-    if (!proc_->Start(
-            {"/bin/sh", "-c",
-             "exec \"$0\" \"$@\" >\"$KILN_TEST_SERVER_OUT\" 2>\"$KILN_TEST_SERVER_ERR\"", KilnBin(),
-             "serve", "--listen", "127.0.0.1:0", "--data-dir", data_dir, "--config", config},
-            o)) {
+    std::vector<std::string> argv{
+        "/bin/sh",
+        "-c",
+        "exec \"$0\" \"$@\" >\"$KILN_TEST_SERVER_OUT\" 2>\"$KILN_TEST_SERVER_ERR\"",
+        KilnBin(),
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data_dir,
+        "--config",
+        config};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    if (!proc_->Start(argv, o)) {
       *why = "cannot start kiln serve";
       return false;
     }

@@ -351,6 +351,7 @@ nlohmann::json GvisorSpec(const GvisorSpecInputs& in) {
   };
   rl("RLIMIT_NOFILE", in.open_files, in.open_files);
   rl("RLIMIT_CORE", 0, 0);
+  if (in.tasks > 0) rl("RLIMIT_NPROC", in.tasks, in.tasks);
   if (in.file_size > 0) rl("RLIMIT_FSIZE", in.file_size, in.file_size);
   const auto cpu = static_cast<uint64_t>(std::ceil(in.cpu_seconds));
   rl("RLIMIT_CPU", cpu, cpu + 1);
@@ -469,6 +470,7 @@ Result<GvisorLaunch> LaunchGvisor(const HostContext& host, const policy::Sandbox
   in.tmp = root + isolation::kTmpPath;
   in.shm = root + isolation::kShmPath;
   in.open_files = limits.open_files;
+  in.tasks = limits.pids;
   in.file_size = limits.workspace_bytes;
   in.cpu_seconds = rlimit_cpu_s;
   const std::string spec = GvisorSpec(in).dump();
@@ -481,10 +483,11 @@ Result<GvisorLaunch> LaunchGvisor(const HostContext& host, const policy::Sandbox
   // own processes use (kGvisor*Overhead).
   policy::Limits cg = limits;
   cg.memory_bytes += kGvisorMemoryOverhead;
-  cg.pids += kGvisorPidsOverhead;
+  cg.pids = cg.pids * kGvisorPidsPerTask + kGvisorPidsOverhead;
   out.cgroup_name = UniqueName("gv-");
-  KILN_ASSIGN_OR_RETURN(out.cgroup,
-                        host.cgroups->Create(out.cgroup_name, SandboxCgroupLimits(cg, {})));
+  KILN_ASSIGN_OR_RETURN(
+      out.cgroup,
+      host.cgroups->Create(out.cgroup_name, SandboxCgroupLimits(cg, SandboxIoDevices(full))));
   out.t_cgroup = std::chrono::steady_clock::now();
 
   const std::string id = UniqueName("kiln-");

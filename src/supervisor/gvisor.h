@@ -42,7 +42,12 @@ inline constexpr const char* kGvisorPlatform = "ptrace";
 // memory and tasks; added to the policy's limits in the sandbox's cgroup,
 // which holds all of them (measured: docs/adr/0021).
 inline constexpr uint64_t kGvisorMemoryOverhead = 32ULL << 20;
+// The program's own tasks are limited inside, by the Sentry (RLIMIT_NPROC =
+// the policy's pids); the host's pids cgroup is the backstop for all of
+// gVisor's host tasks, which with the ptrace platform include stub processes
+// for each of the program's address spaces: kGvisorPidsPerTask per task.
 inline constexpr uint64_t kGvisorPidsOverhead = 192;
+inline constexpr uint64_t kGvisorPidsPerTask = 8;
 
 // Whether this host can run the gVisor backend: runsc found ($KILN_RUNSC, an
 // absolute path, or the first on PATH, /usr/bin, /usr/sbin) and its version, kiln root (runsc's
@@ -66,6 +71,9 @@ struct GvisorSpecInputs {
   // /tmp and /dev/shm.
   std::string workspace, tmp, shm;
   uint64_t open_files = 1024;
+  // RLIMIT_NPROC: the Sentry counts the program's tasks (processes and
+  // threads), which are not host tasks one for one; 0: none.
+  uint64_t tasks = 0;
   uint64_t file_size = 0;
   double cpu_seconds = 30;
 };

@@ -15,6 +15,7 @@ GvisorSpecInputs Inputs() {
   in.shm = "/tmp/dev/shm";
   in.file_size = 1 << 20;
   in.cpu_seconds = 2.5;
+  in.tasks = 64;
   return in;
 }
 
@@ -42,13 +43,16 @@ TEST(GvisorSpec, NoCapabilitiesNoNewPrivilegesAndTheLimits) {
     EXPECT_TRUE(proc["capabilities"][set].empty()) << set;
   EXPECT_EQ(proc["user"]["uid"], 1000);
   EXPECT_EQ(proc["cwd"], "/workspace");
-  bool cpu = false, fsize = false;
+  bool cpu = false, fsize = false, nproc = false;
   for (const auto& r : proc["rlimits"]) {
+    // The Sentry's own count of the program's tasks (the pids limit inside).
+    if (r["type"] == "RLIMIT_NPROC") nproc = r["soft"] == 64 && r["hard"] == 64;
     if (r["type"] == "RLIMIT_CPU") cpu = r["soft"] == 3 && r["hard"] == 4;
     if (r["type"] == "RLIMIT_FSIZE") fsize = r["soft"] == (1 << 20);
   }
   EXPECT_TRUE(cpu);
   EXPECT_TRUE(fsize);
+  EXPECT_TRUE(nproc);
 }
 
 TEST(GvisorSpec, NewNamespacesWithNoPathSoNothingOfTheHostsIsJoined) {

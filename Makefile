@@ -14,12 +14,14 @@ BUILD_PKGS := cmake g++ make pkg-config libseccomp-dev nlohmann-json3-dev libboo
 PYTHON_PKGS := python3 python3-numpy python3-pandas python3-matplotlib python3-scipy \
   python3-sklearn python3-sympy python3-pil python3-openpyxl python3-requests fonts-dejavu-core
 TEST_PKGS := bubblewrap procps curl wrk clang-format-16 postgresql haproxy
+# The gVisor backend (backend = "gvisor", docs/adr/0021) and its test tiers.
+GVISOR_PKGS := runsc
 # The web pages (web/README.md) are bundled with npm and esbuild at build time
 # (without them the build goes on, and `kiln serve` says why at /); their tests
 # drive Debian's headless Chromium (tests/web). Debian's nodejs and npm only
 # where no node is installed (another node's npm would conflict).
 WEB_PKGS := chromium $(if $(shell command -v npm 2>/dev/null),,nodejs npm)
-DEPS := $(BUILD_PKGS) $(PYTHON_PKGS) $(TEST_PKGS) $(WEB_PKGS)
+DEPS := $(BUILD_PKGS) $(PYTHON_PKGS) $(TEST_PKGS) $(GVISOR_PKGS) $(WEB_PKGS)
 
 # Fuzzing (fuzz/README.md): Debian's clang and libFuzzer, in a build of their own.
 FUZZ_PKGS := clang-16 libfuzzer-16-dev libclang-rt-16-dev

@@ -15,7 +15,10 @@ the interpreter has loaded before any code runs (``sys``, ``posix``; not even
 Options: ``--preload m1,m2`` (imported on the first execute, inside the
 sandbox's cgroup), ``--workspace DIR`` (default /workspace: put on sys.path
 when user code starts; its modules count as the program's own for the import
-policy).
+policy), ``--channel-on-stdin`` (the gVisor backend, docs/adr/0021: ``runsc``
+passes only the standard streams into its sandbox, so the runtime channel
+arrives as fd 0; the launcher moves it to fd 3 and puts /dev/null on fd 0, so
+the program sees what it sees on the native jail).
 """
 
 import sys
@@ -25,12 +28,24 @@ import posix  # what os wraps on Linux; loaded by the interpreter, unlike os und
 RUNTIME_FD = 3
 
 
+def _channel_from_stdin():
+    posix.dup2(0, RUNTIME_FD)
+    null = posix.open("/dev/null", posix.O_RDONLY)
+    if null != 0:
+        posix.dup2(null, 0)
+        posix.close(null)
+
+
 def _parse_args(args):
     preload, workspace = [], "/workspace"
     i = 0
     while i < len(args):
         arg = args[i]
         name, eq, value = arg.partition("=")
+        if arg == "--channel-on-stdin":
+            _channel_from_stdin()
+            i += 1
+            continue
         if name in ("--preload", "--workspace") and not eq:
             if i + 1 >= len(args):
                 raise ValueError("%s needs a value" % name)

@@ -20,6 +20,7 @@
 #include "isolation/mount_ns.h"
 #include "mcp/http_backend.h"
 #include "policy/policy.h"
+#include "supervisor/gvisor.h"
 #include "supervisor/sandbox.h"
 #include "zygote/handoff.h"
 
@@ -62,6 +63,82 @@ Result<std::vector<isolation::BlockDevice>> DefaultSandboxIoDevices(
   layout.workspace_bytes = layout.tmp_bytes = layout.shm_bytes = 1 << 20;
   KILN_ASSIGN_OR_RETURN(isolation::MountPlan plan, isolation::BuildMountPlan(layout));
   return supervisor::SandboxIoDevices(plan);
+}
+
+// What the gVisor backend gives a sandbox, and what of the native jail's it
+// does not (docs/threat-model.md, "The gVisor backend").
+const char* const kGvisorProvides[] = {
+    "system calls answered by the Sentry (gVisor's kernel in user space, itself under seccomp)",
+    "files through the gofer; a read-only root of the allow-listed host paths",
+    "size-capped tmpfs /workspace, /tmp, /dev/shm",
+    "no network (--network=none, an empty network namespace)",
+    "uid 1000, no capabilities, no_new_privs",
+    "cgroup memory (no swap), pids and cpu around runsc, its gofer and the Sentry",
+    "kiln's wall clock, cpu time and output caps"};
+const char* const kGvisorLacks[] = {
+    "kiln's seccomp allow-list and Landlock (the Sentry's own filter instead)",
+    "block I/O caps (io limits)", "the warm pool (gVisor sandboxes start cold)"};
+
+// The gVisor backend's layer: runsc found and runnable by kiln (root,
+// cgroups), and with `smoke` a real sandbox on it. Never required: only
+// profiles with backend = "gvisor" need it, and they are refused without it.
+LayerReport GvisorLayer(const Result<supervisor::HostContext>& host, bool smoke,
+                        nlohmann::json* report) {
+  LayerReport l{"gvisor backend", LayerState::kMissing, "", false};
+  nlohmann::json& g = *report;
+  g = {{"usable", false}, {"platform", supervisor::kGvisorPlatform}};
+  g["provides"] = kGvisorProvides;
+  g["not_applied"] = kGvisorLacks;
+  if (!host.ok()) {
+    l.detail = "not probed: " + host.error().ToString();
+    g["reason"] = l.detail;
+    return l;
+  }
+  const supervisor::GvisorHost& probe = supervisor::ProbeGvisorHost(*host);
+  g["runsc"] = probe.runsc;
+  g["version"] = probe.version;
+  if (probe.missing) {
+    l.detail = "profiles with backend = \"gvisor\" are refused: " + *probe.missing;
+    g["reason"] = *probe.missing;
+    return l;
+  }
+  const std::string what =
+      probe.version + " (" + probe.runsc + "), platform " + supervisor::kGvisorPlatform;
+  if (!smoke) {
+    l.state = LayerState::kAvailable;
+    l.detail = what + "; smoke run skipped (--no-smoke)";
+    g["usable"] = true;
+    return l;
+  }
+  policy::PolicyBuilder b;
+  b.WallTimeout(30).JailBackend(policy::Backend::kGvisor);
+  auto pol = b.Build();
+  supervisor::Program prog{
+      "<doctor>", "import os\nprint('kiln-ok', 6 * 7, os.uname().release)\n", {}};
+  auto res = supervisor::RunSandboxed(*host, *pol, prog, {});
+  const std::string prefix = "kiln-ok 42 ";
+  if (!res.ok()) {
+    l.detail = what + "; smoke run refused: " + res.error().ToString();
+  } else if (res->outcome == supervisor::Outcome::kOk && res->stdout_data.rfind(prefix, 0) == 0) {
+    std::string kernel = res->stdout_data.substr(prefix.size());
+    while (!kernel.empty() && kernel.back() == '\n') kernel.pop_back();
+    const double start_ms = res->phases.plan_ms + res->phases.cgroup_ms + res->phases.clone_ms +
+                            res->phases.child_setup_ms + res->phases.start_ms;
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "; print() under gVisor (Sentry kernel %s) took %.0f ms to start", kernel.c_str(),
+                  start_ms);
+    l.state = LayerState::kAvailable;
+    l.detail = what + buf + "; adds the Sentry between the program and the host kernel";
+    g["usable"] = true;
+    g["sentry_kernel"] = kernel;
+    g["smoke_start_ms"] = start_ms;
+  } else {
+    l.detail = what + "; smoke run: " + std::string(supervisor::ToString(res->outcome)) + ": " +
+               res->reason + " " + res->stderr_data.substr(0, 300);
+  }
+  if (!g["usable"].get<bool>()) g["reason"] = l.detail;
+  return l;
 }
 
 }  // namespace
@@ -190,6 +267,8 @@ nlohmann::json DoctorReport(bool smoke_test) {
     smoke.detail = "not run: " + host.error().ToString();
   }
   layers.push_back(smoke);
+  nlohmann::json gvisor;
+  layers.push_back(GvisorLayer(host, !f.no_smoke, &gvisor));
 
   bool verdict = true;
   std::string missing, degraded;
@@ -214,6 +293,7 @@ nlohmann::json DoctorReport(bool smoke_test) {
   }
   j["ready"] = verdict;
   j["verdict"] = verdict_text;
+  j["gvisor"] = gvisor;
   return j;
 }
 

@@ -38,6 +38,7 @@ struct RunFlags {
   std::string target;  // FILE or "-"
   std::string config;
   std::string profile = "default";
+  std::string backend;  // empty: the profile's
 };
 
 int UsageError(const std::string& message) {
@@ -183,6 +184,14 @@ int DoRun(const RunFlags& f) {
   auto builder = config::PolicyFor(**profile, request);
   if (!builder.ok()) return UsageError(AsFlag(builder.error().message));
   policy::PolicyBuilder& b = *builder;
+  if (!f.backend.empty()) {
+    if (f.backend != "native" && f.backend != "gvisor")
+      return UsageError("--backend: must be native or gvisor, not '" + f.backend + "'");
+    b.JailBackend(f.backend == "gvisor" ? policy::Backend::kGvisor : policy::Backend::kNative);
+  }
+  if (f.via_pool && (f.backend == "gvisor" ||
+                     (f.backend.empty() && (*profile)->backend == policy::Backend::kGvisor)))
+    return UsageError("--pool: the warm pool's sandboxes are native jails, not gvisor");
   for (const auto& spec : f.files) {
     // HOST[:NAME]: the last ':' splits, unless what follows it has a '/'
     // (then it is part of the host path).
@@ -274,6 +283,8 @@ void RegisterRun(CLI::App& app, Action* action) {
   run->add_flag("--pool", flags->via_pool, "Run in a pooled sandbox")->group("");
   run->add_option("--config", flags->config, "kiln.toml with the profiles (default: built-in)");
   run->add_option("--profile", flags->profile, "Profile to run under (default: 'default')");
+  run->add_option("--backend", flags->backend,
+                  "Sandbox backend: native or gvisor (default: the profile's `backend`)");
   run->add_option("-c", flags->code, "Program text")->each([flags](const std::string&) {
     flags->code_set = true;
   });

@@ -360,6 +360,12 @@ Result<Profile> ParseProfile(const std::string& source, const std::string& name,
     } else if (key == "pool") {
       if (!node.is_boolean()) return KeyError(source, node, full, "must be true or false");
       p.pool = *node.value<bool>();
+    } else if (key == "backend") {
+      auto s = node.value<std::string>();
+      if (!s || (*s != "native" && *s != "gvisor")) {
+        return KeyError(source, node, full, "must be \"native\" or \"gvisor\"");
+      }
+      p.backend = *s == "gvisor" ? policy::Backend::kGvisor : policy::Backend::kNative;
     } else if (key == "defaults" || key == "max") {
       const toml::table* sub = node.as_table();
       if (sub == nullptr) return KeyError(source, node, full, "must be a table");
@@ -376,7 +382,8 @@ Result<Profile> ParseProfile(const std::string& source, const std::string& name,
     } else {
       return KeyError(source, node, full,
                       "unknown key (known: interpreter, preload, import_policy, modules, mounts, "
-                      "max_images, max_image_bytes, pool, defaults, max, io, output_audit)");
+                      "max_images, max_image_bytes, pool, backend, defaults, max, io, "
+                      "output_audit)");
     }
   }
   if (mode == "denylist") {
@@ -878,6 +885,7 @@ Result<policy::PolicyBuilder> PolicyFor(const Profile& profile, const LimitSpec&
   auto pick = [](const auto& req, const auto& def) { return req ? req : def; };
   policy::PolicyBuilder b;
   b.Interpreter(profile.interpreter);
+  b.JailBackend(profile.backend);
   if (auto v = pick(request.timeout_s, profile.defaults.timeout_s)) b.WallTimeout(*v);
   if (auto v = pick(request.cpu_time_s, profile.defaults.cpu_time_s)) b.CpuTime(*v);
   if (auto v = pick(request.memory_bytes, profile.defaults.memory_bytes)) b.Memory(*v);

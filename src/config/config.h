@@ -80,6 +80,8 @@ struct Profile {
   LimitSpec max;
   IoSpec io;
   bool pool = true;  // `pool = false`: the server never uses a zygote for it
+  // `backend = "native" | "gvisor"` (docs/adr/0021): which jail runs it.
+  policy::Backend backend = policy::Backend::kNative;
   OutputAuditSpec output_audit = DefaultOutputAudit();
 };
 

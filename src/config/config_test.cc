@@ -59,6 +59,9 @@ TEST(Config, BadValuesNameTheKey) {
       {"[profiles.a.io]\nread_bps = \"512k\"\n", "profiles.a: io.read_bps: must be at least"},
       {"[profiles.a.io]\nread_iops = 2\n", "profiles.a: io.read_iops: must be at least"},
       {"[profiles.a.io]\nbps = \"1m\"\n", "t.toml:2: profiles.a.io.bps: unknown key"},
+      {"[profiles.a]\nbackend = \"firecracker\"\n",
+       "t.toml:2: profiles.a.backend: must be \"native\" or \"gvisor\""},
+      {"[profiles.a]\nbackend = true\n", "t.toml:2: profiles.a.backend"},
   };
   for (const auto& c : cases) {
     auto r = ParseConfig(c.toml, "t.toml");
@@ -222,6 +225,25 @@ pool = false
       EXPECT_NE(r.error().message.find("pool"), std::string::npos) << r.error().message;
     }
   }
+}
+
+TEST(Config, BackendPerProfileNativeByDefault) {
+  for (const auto& [name, p] : BuiltinConfig().profiles)
+    EXPECT_EQ(p.backend, policy::Backend::kNative) << name;
+  auto c = ParseConfig(
+      "[profiles.a]\n[profiles.b]\nbackend = \"gvisor\"\n[profiles.c]\n"
+      "backend = \"native\"\n",
+      "t.toml");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->profiles.at("a").backend, policy::Backend::kNative);
+  EXPECT_EQ(c->profiles.at("b").backend, policy::Backend::kGvisor);
+  EXPECT_EQ(c->profiles.at("c").backend, policy::Backend::kNative);
+  // The policy carries it to the supervisor.
+  auto b = PolicyFor(c->profiles.at("b"), {});
+  ASSERT_TRUE(b.ok()) << b.error().message;
+  auto built = b->Build();
+  ASSERT_TRUE(built.ok()) << built.error().message;
+  EXPECT_EQ(built->backend(), policy::Backend::kGvisor);
 }
 
 // Durations past what the clocks they become hold used to be accepted (found

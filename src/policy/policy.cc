@@ -219,6 +219,15 @@ PolicyBuilder& PolicyBuilder::CgroupRequirement(Requirement r) {
   return *this;
 }
 
+PolicyBuilder& PolicyBuilder::JailBackend(Backend backend) {
+  policy_.backend_ = backend;
+  return *this;
+}
+
+std::string_view ToString(Backend backend) {
+  return backend == Backend::kGvisor ? "gvisor" : "native";
+}
+
 PolicyBuilder& PolicyBuilder::Imports(ImportPolicy policy) {
   for (const auto& m : policy.modules) {
     if (!IsModuleName(m)) {

@@ -41,6 +41,12 @@ struct DisplayLimits {
 };
 
 // How a layer the policy wants must be present on the host.
+// Which jail runs a sandbox (docs/adr/0021): kiln's own (namespaces,
+// seccomp, Landlock) or gVisor's `runsc`, whose Sentry answers the program's
+// system calls in user space. Chosen per profile (`backend` in kiln.toml).
+enum class Backend { kNative, kGvisor };
+std::string_view ToString(Backend backend);
+
 enum class Requirement {
   kRequired,    // missing: the run refuses to start (kFailedPrecondition)
   kBestEffort,  // missing: the run goes on with the fallback, and says so
@@ -111,6 +117,7 @@ class SandboxPolicy final {
   const DisplayLimits& display_limits() const { return display_limits_; }
   // Host directories bound read-only at the same path (absolute, existing).
   const std::vector<std::string>& extra_ro_mounts() const { return extra_ro_mounts_; }
+  Backend backend() const { return backend_; }
 
  private:
   friend class PolicyBuilder;
@@ -125,6 +132,7 @@ class SandboxPolicy final {
   std::vector<std::string> preload_;
   DisplayLimits display_limits_;
   std::vector<std::string> extra_ro_mounts_;
+  Backend backend_ = Backend::kNative;
 };
 
 // Fluent builder with a sticky first error: after one bad call the rest are
@@ -150,6 +158,7 @@ class PolicyBuilder final {
   // `name` empty: the basename of host_path.
   PolicyBuilder& AddFile(std::string host_path, std::string name);
   PolicyBuilder& CgroupRequirement(Requirement r);
+  PolicyBuilder& JailBackend(Backend backend);
   // A file given by content (HTTP requests). `path` may have directories
   // ("data/a.csv"); IsSafeRelativePath decides. Sizes are checked at Build
   // against the workspace size.

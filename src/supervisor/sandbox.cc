@@ -28,6 +28,8 @@
 #include "isolation/rlimits.h"
 #include "isolation/user_ns.h"
 #include "supervisor/cell_outputs.h"
+#include "supervisor/gvisor.h"
+#include "supervisor/jail.h"
 #include "supervisor/outcome.h"
 #include "supervisor/runtime_channel.h"
 #include "supervisor/sync_channel.h"
@@ -172,6 +174,9 @@ struct Sandbox::State {
 
   pid_t pid = -1;
   UniqueFd pidfd;
+  // Another backend's sandbox (docs/adr/0021: gVisor): its processes are the
+  // Jail's; pid, pidfd and the setup channel are the native jail's only.
+  std::unique_ptr<Jail> jail;
   UniqueFd worker_pidfd;  // for interrupts
   // Adopted from the warm pool (Sandbox::Adopt): pid 1 is not our child.
   bool adopted = false;
@@ -227,6 +232,7 @@ struct Sandbox::State {
   PhaseTimes phases;
 
   ~State() {
+    jail.reset();  // kills and reaps what is left of it
     if (pid > 0 && !reaped) {
       sys::PidfdSendSignal(pidfd.get(), SIGKILL);
       if (!adopted) ::waitpid(pid, nullptr, 0);
@@ -245,8 +251,12 @@ struct Sandbox::State {
     if (!killed && pid > 0) {
       killed = true;
       sys::PidfdSendSignal(pidfd.get(), SIGKILL);
+    } else if (!killed && jail) {
+      killed = true;
+      jail->Kill();
     }
   }
+  int exit_fd() const { return jail ? jail->exit_fd() : pidfd.get(); }
   void Violate(std::string why) {
     if (!protocol_error && !kill_reason && !failure) protocol_error = std::move(why);
     Kill(std::nullopt);
@@ -503,7 +513,7 @@ struct Sandbox::State {
       fds[n++] = {err_r.get(), POLLIN, 0};
     }
     const int idx_pid = n;
-    fds[n++] = {pidfd.get(), POLLIN, 0};
+    fds[n++] = {exit_fd(), POLLIN, 0};
     if (waiters.cancel_fd >= 0 && !killed) {
       idx_cancel = n;
       fds[n++] = {waiters.cancel_fd, POLLIN, 0};
@@ -556,7 +566,16 @@ struct Sandbox::State {
     torn_down = true;
     if (!killed && !init_exited) Kill(std::nullopt);
     if (!t_exit.time_since_epoch().count()) t_exit = Clock::now();
-    if (adopted) {
+    if (jail) {
+      if (auto status = jail->Reap(&ru)) {
+        init_status = *status;
+        if (!worker_status) worker_status = jail->ProgramStatus();
+        // What runsc left (its Sentry and gofer die with it): killed before
+        // any file is read.
+        if (cgroup) (void)cgroup->KillAll();
+        reaped = dead_confirmed = true;
+      }
+    } else if (adopted) {
       // Not our child: no wait status or rusage (the cgroup accounts), but
       // its pidfd says when it is gone.
       pollfd gone{pidfd.get(), POLLIN, 0};
@@ -633,7 +652,11 @@ struct Sandbox::State {
   }
 
   void SignalWorker(int sig) {
-    if (worker_pidfd) sys::PidfdSendSignal(worker_pidfd.get(), sig);
+    if (jail) {
+      (void)jail->Signal(sig);
+    } else if (worker_pidfd) {
+      sys::PidfdSendSignal(worker_pidfd.get(), sig);
+    }
   }
 
   Clock::time_point NextWake() const {
@@ -746,6 +769,37 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
   s.pol = policy;
   s.limits = policy.limits();
   const policy::Limits& limits = s.limits;
+  if (policy.backend() == policy::Backend::kGvisor) {
+    // Its own jail, the same supervisor (docs/adr/0021). Never the native
+    // jail instead: a host without gVisor refuses the run.
+    const double rlimit_cpu = options.rlimit_cpu_s.value_or(
+        policy::CpuBackstopSeconds(limits, limits.wall_timeout_s, true));
+    KILN_ASSIGN_OR_RETURN(GvisorLaunch g, LaunchGvisor(host, policy, options.env, rlimit_cpu));
+    s.jail = std::move(g.jail);
+    s.cgroup = std::move(g.cgroup);
+    s.cgroup_name = std::move(g.cgroup_name);
+    s.use_cgroup = true;
+    s.limits_backend =
+        "cgroup " + std::string(isolation::ToString(host.cgroups->mode())) + " (gvisor)";
+    s.rt_parent = std::move(g.runtime);
+    s.out_r = std::move(g.out);
+    s.err_r = std::move(g.err);
+    s.workspace_fd = std::move(g.workspace);
+    s.adopted_uid = g.uid;
+    s.sync_open = false;  // no setup channel: the runtime's hello is the start
+    s.attached = true;    // runsc was in the cgroup before it ran
+    // plan, cgroup, clone (the helper), child_setup (the helper builds the
+    // root), then start: runsc's own start until the runtime's hello.
+    s.t_planned = g.t_planned;
+    s.t_cgroup = g.t_cgroup;
+    s.t_cloned = s.t_maps = g.t_cloned;
+    s.t_workspace = s.t_worker = s.t_attach_asked = s.t_attached = g.t_root;
+    s.phases.plan_ms = Ms(s.t_start, s.t_planned);
+    s.phases.cgroup_ms = Ms(s.t_planned, s.t_cgroup);
+    s.phases.clone_ms = Ms(s.t_cgroup, s.t_cloned);
+    s.setup_deadline = s.t_maps + kSetupTimeout;
+    return std::unique_ptr<Sandbox>(new Sandbox(std::move(st)));
+  }
 
   // --- Requirements: refuse, with doctor's reason, rather than run unprotected.
   const bool have_cgroup =
@@ -1100,6 +1154,11 @@ bool Sandbox::WaitReady(const Waiters& waiters) {
   s.warm_up = 0;
   if (s.dead()) {
     s.Teardown();
+    if (s.jail && !s.rt.hello() && !s.failure && !s.kill_reason && !s.protocol_error) {
+      s.failure = SyncMessage{
+          SyncTag::kFailure, static_cast<uint8_t>(SetupStep::kStartProgram), 0, 0, -1, 0};
+      s.failure_text = s.jail->StartFailure();
+    }
     death_reason_ = s.CellResult(false).reason;
     return false;
   }
@@ -1161,7 +1220,7 @@ void Sandbox::Cancel() { s_->Kill(Outcome::kCancelled); }
 bool Sandbox::CheckAlive() {
   State& s = *s_;
   if (s.dead()) return false;
-  pollfd pf{s.pidfd.get(), POLLIN, 0};
+  pollfd pf{s.exit_fd(), POLLIN, 0};
   if (::poll(&pf, 1, 0) > 0) {
     s.init_exited = true;
     s.Teardown();
@@ -1174,7 +1233,7 @@ bool Sandbox::CheckAlive() {
   return true;
 }
 
-std::vector<int> Sandbox::IdleFds() const { return {s_->pidfd.get()}; }
+std::vector<int> Sandbox::IdleFds() const { return {s_->exit_fd()}; }
 
 bool Sandbox::alive() const { return !s_->dead(); }
 

@@ -199,6 +199,8 @@ bool PoolEligible(const config::Config& config, const config::Profile& profile,
                   const config::LimitSpec& request,
                   const std::vector<std::pair<std::string, std::string>>& env) {
   if (!config.pool.enabled || !profile.pool || !env.empty()) return false;
+  // The warm pool's zygotes are native jails; a gVisor profile starts cold.
+  if (profile.backend != policy::Backend::kNative) return false;
   auto asked = config::PolicyFor(profile, request);
   auto pooled = config::PolicyFor(profile, {});
   if (!asked.ok() || !pooled.ok()) return false;

@@ -63,6 +63,11 @@ std::pair<std::string, std::string> ExpectedState(const std::string& name) {
     const HostFact& c = HostCgroupControllers();
     return {c.present ? "available" : "degraded", c.detail};
   }
+  if (name == "gvisor backend") {
+    // Optional (only gVisor profiles need it): missing where runsc cannot run.
+    const HostFact& g = HostGvisor();
+    return {g.present ? "available" : "missing", g.present ? "runsc runs here" : g.detail};
+  }
   return {"available", "any Debian 12 kernel (Linux >= 6.1) has it"};
 }
 
@@ -86,7 +91,8 @@ TEST_F(Doctor, JsonSaysReadyAndListsEveryLayer) {
   for (const char* expected :
        {"user namespace", "pid namespace", "mount namespace", "network namespace", "ipc namespace",
         "uts namespace", "cgroup namespace", "seccomp", "no_new_privs", "landlock", "cgroup",
-        "io limits", "runtime", "warm pool", "memfd noexec", "sandbox smoke test"}) {
+        "io limits", "runtime", "warm pool", "memfd noexec", "sandbox smoke test",
+        "gvisor backend"}) {
     EXPECT_EQ(names.count(expected), 1u) << "no layer named '" << expected << "': " << p.out;
   }
 }
@@ -110,6 +116,52 @@ TEST_F(Doctor, NoSmokeSkipsTheSandboxRun) {
     EXPECT_EQ(layer.value("detail", ""), "skipped (--no-smoke)") << layer.dump();
   }
   EXPECT_TRUE(seen) << p.out;
+}
+
+TEST_F(Doctor, GvisorBackendIsReportedWithWhatItProvides) {
+  const ProcessResult p = RunKiln({"doctor", "--json"});
+  const auto j = nlohmann::json::parse(p.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << p.out;
+  const auto& g = j["gvisor"];
+  ASSERT_TRUE(g.is_object()) << p.out;
+  EXPECT_EQ(g.value("platform", ""), "ptrace");
+  EXPECT_FALSE(g["provides"].empty()) << g.dump();
+  EXPECT_FALSE(g["not_applied"].empty()) << g.dump();
+  if (HostGvisor().present) {
+    EXPECT_EQ(g.value("usable", false), true) << g.dump();
+    EXPECT_EQ(g.value("version", "").rfind("runsc version", 0), 0u) << g.dump();
+    // The smoke run's program saw the Sentry's kernel, not the host's.
+    EXPECT_FALSE(g.value("sentry_kernel", "").empty()) << g.dump();
+    EXPECT_GT(g.value("smoke_start_ms", 0.0), 0.0) << g.dump();
+  } else {
+    EXPECT_EQ(g.value("usable", true), false) << g.dump();
+    EXPECT_FALSE(g.value("reason", "").empty()) << g.dump();
+  }
+}
+
+TEST_F(Doctor, WithoutRunscTheGvisorBackendIsMissingAndKilnStillReady) {
+  ProcessOptions o;
+  o.env = {{"KILN_RUNSC", "/nonexistent/runsc"}};
+  const ProcessResult p = RunKiln({"doctor", "--json", "--no-smoke"}, o);
+  const auto j = nlohmann::json::parse(p.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << p.out;
+  EXPECT_EQ(j["gvisor"].value("usable", true), false) << p.out;
+  EXPECT_NE(j["gvisor"].value("reason", "").find("KILN_RUNSC=/nonexistent/runsc"),
+            std::string::npos)
+      << p.out;
+  bool seen = false;
+  for (const auto& layer : j["layers"]) {
+    if (layer.value("name", "") != "gvisor backend") continue;
+    seen = true;
+    EXPECT_EQ(layer.value("state", ""), "missing") << layer.dump();
+    EXPECT_EQ(layer.value("required", true), false) << layer.dump();
+  }
+  EXPECT_TRUE(seen) << p.out;
+  // Optional: the native jail's verdict does not depend on it.
+  const ProcessResult with = RunKiln({"doctor", "--json", "--no-smoke"});
+  const auto k = nlohmann::json::parse(with.out, nullptr, false);
+  ASSERT_FALSE(k.is_discarded()) << with.out;
+  EXPECT_EQ(j.value("ready", false), k.value("ready", true)) << p.out;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -326,6 +327,54 @@ bool HostIsRoot() { return ::geteuid() == 0; }
 
 const HostFact& HostCgroupControllers() {
   static const HostFact fact = ProbeCgroupControllers();
+  return fact;
+}
+
+namespace {
+HostFact ProbeGvisor() {
+  HostFact f;
+  if (!HostIsRoot()) {
+    f.detail = "the gVisor backend needs root (runsc's rootful mode)";
+    return f;
+  }
+  if (!HostCgroupControllers().present) {
+    f.detail = "the gVisor backend needs cgroups: " + HostCgroupControllers().detail;
+    return f;
+  }
+  std::vector<std::string> dirs;
+  if (const char* path = std::getenv("PATH")) {
+    std::istringstream in(path);
+    std::string d;
+    while (std::getline(in, d, ':')) dirs.push_back(d);
+  }
+  dirs.insert(dirs.end(), {"/usr/bin", "/usr/sbin"});
+  std::string runsc;
+  for (const auto& d : dirs) {
+    if (!d.empty() && d[0] == '/' && ::access((d + "/runsc").c_str(), X_OK) == 0) {
+      runsc = d + "/runsc";
+      break;
+    }
+  }
+  if (runsc.empty()) {
+    f.detail = "runsc (gVisor) is not installed (Debian: runsc)";
+    return f;
+  }
+  ProcessOptions o;
+  o.timeout = std::chrono::seconds(60);
+  const ProcessResult r =
+      RunProcess({runsc, "--network=none", "do", kHostPython, "-c", "print(6 * 7 * 1001)"}, o);
+  f.present = r.exit_code == 0 && r.out == "42042\n";
+  if (!f.present) {
+    std::string err = r.err.substr(r.err.size() > 300 ? r.err.size() - 300 : 0);
+    f.detail = runsc + " --network=none do python3 did not run (exit " +
+               std::to_string(r.exit_code) + ", stdout '" + r.out.substr(0, 80) + "'): " + err;
+  }
+  return f;
+}
+}  // namespace
+
+const HostFact& HostGvisor() {
+  static const HostFact fact = ProbeGvisor();
   return fact;
 }
 

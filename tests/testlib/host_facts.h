@@ -64,6 +64,12 @@ const HostFact& HostIoThrottle();
 // Where cgroup hierarchies (v1 and v2) are mounted, from /proc/self/mountinfo.
 std::vector<std::string> HostCgroupMountPoints();
 
+// gVisor runs here as kiln's gVisor backend needs it (docs/adr/0021): we are
+// root, cgroups are present (HostCgroupControllers), and `runsc
+// --network=none do /usr/bin/python3 -c ...` (the first runsc on PATH, or
+// /usr/bin, /usr/sbin) printed what the program printed. detail: what failed.
+const HostFact& HostGvisor();
+
 // MemAvailable of /proc/meminfo, in bytes; nullopt when it cannot be read.
 std::optional<uint64_t> HostMemAvailable();
 

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <sstream>
 
 #include "testlib/host_facts.h"
@@ -202,6 +203,23 @@ ProcessResult RunProcess(const std::vector<std::string>& argv, const ProcessOpti
 #define KILN_TEST_DEFAULT_SOURCE_DIR ""
 #endif
 
+std::string TestBackend() {
+  const char* v = std::getenv("KILN_TEST_BACKEND");
+  return v != nullptr ? v : "";
+}
+
+std::string WithTestBackend(const std::string& config) {
+  if (TestBackend().empty()) return config;
+  static const std::regex kProfileHeader(R"(^\[profiles\.[A-Za-z0-9_-]+\][ \t]*$)");
+  std::istringstream in(config);
+  std::string out, line;
+  while (std::getline(in, line)) {
+    out += line + "\n";
+    if (std::regex_match(line, kProfileHeader)) out += "backend = \"" + TestBackend() + "\"\n";
+  }
+  return out;
+}
+
 std::string KilnBin() { return EnvOr("KILN_BIN", KILN_TEST_DEFAULT_BIN); }
 std::string SourceDir() { return EnvOr("KILN_SOURCE_DIR", KILN_TEST_DEFAULT_SOURCE_DIR); }
 
@@ -216,6 +234,7 @@ ProcessResult RunKiln(const std::vector<std::string>& args, const ProcessOptions
     std::string a;
     size_t at = 2;
     while (extra >> a) argv.insert(argv.begin() + static_cast<std::ptrdiff_t>(at++), a);
+    if (TestBackend() == "gvisor") argv.insert(argv.begin() + 2, {"--backend", "gvisor"});
   }
   return RunProcess(argv, options);
 }
@@ -382,6 +401,11 @@ void RequireSandbox() {
       GTEST_SKIP()
           << "the pool path (--pool) needs root: each pooled sandbox gets its own host uid";
     if (v.no_cgroup) GTEST_SKIP() << "the pool path (--pool) needs cgroups: " << *v.no_cgroup;
+  }
+  // The gVisor variants (KILN_TEST_BACKEND=gvisor): runsc must run here, by
+  // the tests' own probe (host_facts.h), not kiln's.
+  if (TestBackend() == "gvisor" && !HostGvisor().present) {
+    GTEST_SKIP() << "gVisor cannot run here: " << HostGvisor().detail;
   }
 }
 

@@ -71,6 +71,14 @@ ProcessResult RunProcess(const std::vector<std::string>& argv, const ProcessOpti
 std::string KilnBin();
 std::string SourceDir();
 
+// The backend a test tier runs on: $KILN_TEST_BACKEND ("gvisor" for the
+// *_gvisor labels, tests/CMakeLists.txt), "" for the profiles' own. With
+// "gvisor", RunKiln gives every `kiln run` `--backend gvisor`, KilnServer
+// gives every `[profiles.NAME]` of its config `backend = "gvisor"`
+// (WithTestBackend), and RequireSandbox skips when runsc cannot run here.
+std::string TestBackend();
+std::string WithTestBackend(const std::string& config);
+
 // `kiln ARGS...`.
 ProcessResult RunKiln(const std::vector<std::string>& args, const ProcessOptions& options = {});
 

@@ -97,6 +97,15 @@ class KilnServer {
   bool Start(const std::string& data_dir, const std::string& config, const std::string& tag,
              std::string* why, const std::vector<std::string>& extra = {}) {
     const std::string base = fs::path(config).parent_path().string() + "/" + tag;
+    if (!TestBackend().empty()) {
+      // The *_gvisor tiers: every profile of the config on that backend.
+      std::optional<std::string> text = ReadFile(config);
+      if (!text) {
+        *why = "cannot read " + config;
+        return false;
+      }
+      WriteFile(config, WithTestBackend(*text));
+    }
     out_path_ = base + ".stdout";
     err_path_ = base + ".stderr";
     proc_ = std::make_unique<Subprocess>();

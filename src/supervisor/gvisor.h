@@ -1,0 +1,102 @@
+// The gVisor backend (docs/adr/0021): the same runtime and protocol, run
+// under gVisor's `runsc` instead of kiln's own jail.
+//
+// The program's system calls are answered by the Sentry (gVisor's kernel in
+// user space, itself under a seccomp filter) rather than by the host's
+// kernel. kiln builds the sandbox's root exactly as for the native jail (the
+// same isolation::BuildMountPlan: /usr and the allowed /etc files bound
+// read-only, the runtime copied, size-capped tmpfs for /workspace, /tmp and
+// /dev/shm made by the host's root) in a mount namespace of a helper process
+// of its own, and hands it to `runsc run` as an OCI bundle: the root
+// read-only, the three tmpfs bound read-write, no network (--network=none),
+// the runtime channel on the program's fd 0. runsc and everything it starts
+// (its gofer and the Sentry) run in the sandbox's cgroup, so memory (no
+// swap), pids and cpu are limited as for the native jail; the supervisor's
+// own limits (wall clock, cpu time, output caps) are the shared ones.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/result.h"
+#include "base/unique_fd.h"
+#include "isolation/cgroup.h"
+#include "policy/policy.h"
+#include "supervisor/host.h"
+#include "supervisor/jail.h"
+
+namespace kiln::supervisor {
+
+// The platform runsc runs the Sentry on. ptrace works on every host; kvm
+// needs /dev/kvm and, on a nested virtual machine like this project's,
+// hung at start, so it is not used.
+inline constexpr const char* kGvisorPlatform = "ptrace";
+// What the Sentry, the gofer and runsc itself use beyond the program's own
+// memory and tasks; added to the policy's limits in the sandbox's cgroup,
+// which holds all of them (measured: docs/adr/0021).
+inline constexpr uint64_t kGvisorMemoryOverhead = 32ULL << 20;
+// The program's own tasks are limited inside, by the Sentry (RLIMIT_NPROC =
+// the policy's pids); the host's pids cgroup is the backstop for all of
+// gVisor's host tasks, which with the ptrace platform include stub processes
+// for each of the program's address spaces: kGvisorPidsPerTask per task.
+inline constexpr uint64_t kGvisorPidsOverhead = 192;
+inline constexpr uint64_t kGvisorPidsPerTask = 8;
+
+// Whether this host can run the gVisor backend: runsc found ($KILN_RUNSC, an
+// absolute path, or the first on PATH, /usr/bin, /usr/sbin) and its version, kiln root (runsc's
+// rootful mode: its gofer and the helper's mount namespace), cgroups present. `missing` says why
+// not.
+struct GvisorHost {
+  std::string runsc;  // absolute path; empty when not found
+  std::string version;
+  std::optional<std::string> missing;
+};
+const GvisorHost& ProbeGvisorHost(const HostContext& host);
+
+// The OCI runtime spec of one sandbox (pure; unit-tested).
+struct GvisorSpecInputs {
+  std::vector<std::string> argv, env;
+  uid_t uid = 1000;
+  gid_t gid = 1000;
+  std::string hostname = "kiln";
+  std::string root;  // the staging root (host path in the helper's namespace)
+  // Host paths (in the helper's namespace) bound read-write at /workspace,
+  // /tmp and /dev/shm.
+  std::string workspace, tmp, shm;
+  uint64_t open_files = 1024;
+  // RLIMIT_NPROC: the Sentry counts the program's tasks (processes and
+  // threads), which are not host tasks one for one; 0: none.
+  uint64_t tasks = 0;
+  uint64_t file_size = 0;
+  double cpu_seconds = 30;
+};
+nlohmann::json GvisorSpec(const GvisorSpecInputs& in);
+
+// A launched gVisor sandbox: runsc started in the cgroup, the runtime's
+// channel and capture pipes (parent ends, non-blocking), the workspace.
+struct GvisorLaunch {
+  std::unique_ptr<Jail> jail;
+  std::unique_ptr<isolation::Cgroup> cgroup;
+  std::string cgroup_name;
+  UniqueFd runtime, out, err, workspace;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  // When the spec was built, the cgroup made, the helper forked (and in the
+  // cgroup), the root built by the helper (it then execs runsc): phases_ms.
+  std::chrono::steady_clock::time_point t_planned, t_cgroup, t_cloned, t_root;
+};
+
+// Errors: kFailedPrecondition with the reason when the host cannot run it
+// (ProbeGvisorHost), kInvalidArgument for input files, kInternal otherwise.
+Result<GvisorLaunch> LaunchGvisor(const HostContext& host, const policy::SandboxPolicy& policy,
+                                  const std::vector<std::pair<std::string, std::string>>& env,
+                                  double rlimit_cpu_s);
+
+}  // namespace kiln::supervisor

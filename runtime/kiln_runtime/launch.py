@@ -18,7 +18,12 @@ when user code starts; its modules count as the program's own for the import
 policy), ``--channel-on-stdin`` (the gVisor backend, docs/adr/0021: ``runsc``
 passes only the standard streams into its sandbox, so the runtime channel
 arrives as fd 0; the launcher moves it to fd 3 and puts /dev/null on fd 0, so
-the program sees what it sees on the native jail).
+the program sees what it sees on the native jail), ``--seccomp-from-env`` (the
+gVisor backend: kiln's own seccomp filter, the classic BPF program the
+supervisor compiled for the native jail, arrives hex-encoded in
+KILN_SECCOMP_BPF; the launcher removes the variable and installs the program
+with prctl(PR_SET_SECCOMP) before anything else runs, so that the Sentry, which
+implements seccomp, applies the same allow-list; failing to install it is fatal).
 """
 
 import sys
@@ -36,6 +41,35 @@ def _channel_from_stdin():
         posix.close(null)
 
 
+SECCOMP_ENV = "KILN_SECCOMP_BPF"
+
+
+def _install_seccomp_from_env():
+    name = SECCOMP_ENV.encode()
+    program = posix.environ.pop(name, None)
+    posix.unsetenv(SECCOMP_ENV)
+    if "os" in sys.modules:
+        sys.modules["os"].environ.pop(SECCOMP_ENV, None)
+    if not program:
+        raise OSError("no %s" % SECCOMP_ENV)
+    code = bytes.fromhex(program.decode("ascii"))
+    if not code or len(code) % 8 != 0 or len(code) // 8 > 4096:
+        raise OSError("%s is not a BPF program" % SECCOMP_ENV)
+    import ctypes
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    buf = ctypes.create_string_buffer(code, len(code))
+    fprog = SockFprog(len(code) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    libc = ctypes.CDLL(None, use_errno=True)
+    pr_set_no_new_privs, pr_set_seccomp, seccomp_mode_filter = 38, 22, 2
+    if libc.prctl(pr_set_no_new_privs, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    if libc.prctl(pr_set_seccomp, seccomp_mode_filter, ctypes.byref(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
+
+
 def _parse_args(args):
     preload, workspace = [], "/workspace"
     i = 0
@@ -44,6 +78,13 @@ def _parse_args(args):
         name, eq, value = arg.partition("=")
         if arg == "--channel-on-stdin":
             _channel_from_stdin()
+            i += 1
+            continue
+        if arg == "--seccomp-from-env":
+            try:
+                _install_seccomp_from_env()
+            except (OSError, ValueError) as exc:
+                raise ValueError("seccomp filter not installed: %s" % exc)
             i += 1
             continue
         if name in ("--preload", "--workspace") and not eq:

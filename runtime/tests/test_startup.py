@@ -302,3 +302,30 @@ class CompileTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class SeccompFromEnvTest(unittest.TestCase):
+    """--seccomp-from-env (the gVisor backend): kiln's filter, or no start at all."""
+
+    def _launch(self, env_value):
+        from tests.harness import LAUNCH
+        env = {"PATH": "/usr/bin:/bin"}
+        if env_value is not None:
+            env["KILN_SECCOMP_BPF"] = env_value
+        # No runtime channel on fd 3: a launcher that got past the filter says so (125).
+        return subprocess.run([PYTHON, *PYTHON_FLAGS, LAUNCH, "--seccomp-from-env"], env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+
+    def test_a_missing_or_malformed_program_stops_the_start(self):
+        for value in (None, "", "zz", "0600"):
+            with self.subTest(value=value):
+                p = self._launch(value)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn("seccomp filter not installed", p.stderr)
+
+    def test_a_well_formed_program_is_installed(self):
+        # One instruction: BPF_RET | BPF_K, SECCOMP_RET_ALLOW (struct sock_filter, little-endian).
+        allow = (0x06).to_bytes(2, "little") + bytes(2) + (0x7FFF0000).to_bytes(4, "little")
+        p = self._launch(allow.hex())
+        self.assertEqual(p.returncode, 125, p.stderr)
+        self.assertIn("no runtime channel", p.stderr)

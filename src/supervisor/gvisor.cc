@@ -465,6 +465,27 @@ Result<GvisorLaunch> LaunchGvisor(const HostContext& host, const policy::Sandbox
     in.argv.push_back(list);
   }
   in.env = SandboxEnvironment(limits.cpus, env);
+  // kiln's own seccomp filter, the program the native jail installs, applied
+  // by the Sentry (which implements seccomp) to the program: the launcher
+  // installs it first and drops the variable (launch.py, --seccomp-from-env).
+  if (host.seccomp.empty()) {
+    return MakeError(Code::kInternal, "the gVisor backend needs the compiled seccomp filter");
+  }
+  {
+    static constexpr char kHex[] = "0123456789abcdef";
+    // struct sock_filter as the kernel reads it, byte for byte (native order).
+    std::string bytes(host.seccomp.size() * sizeof(sock_filter), '\0');
+    std::memcpy(bytes.data(), host.seccomp.data(), bytes.size());
+    std::string hex = "KILN_SECCOMP_BPF=";
+    hex.reserve(hex.size() + 2 * bytes.size());
+    for (const char c : bytes) {
+      const auto b = static_cast<unsigned char>(c);
+      hex += kHex[b >> 4];
+      hex += kHex[b & 15];
+    }
+    in.env.push_back(std::move(hex));
+  }
+  in.argv.push_back("--seccomp-from-env");
   in.uid = uid;
   in.gid = gid;
   in.hostname = policy.hostname();

@@ -2,6 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "isolation/mount_ns.h"
+
 namespace kiln::supervisor {
 namespace {
 
@@ -23,16 +29,22 @@ TEST(GvisorSpec, TheRootIsReadOnlyAndOnlyTheThreeTmpfsAreWritable) {
   const nlohmann::json spec = GvisorSpec(Inputs());
   EXPECT_EQ(spec["root"]["path"], "/tmp");
   EXPECT_EQ(spec["root"]["readonly"], true);
-  int writable = 0;
+  std::map<std::string, std::string> writable;  // destination -> source
   for (const auto& m : spec["mounts"]) {
     if (m["type"] == "proc") continue;
     ASSERT_EQ(m["type"], "bind") << m.dump();
     const auto& opts = m["options"];
     EXPECT_NE(std::find(opts.begin(), opts.end(), "nosuid"), opts.end()) << m.dump();
     EXPECT_NE(std::find(opts.begin(), opts.end(), "noexec"), opts.end()) << m.dump();
-    if (std::find(opts.begin(), opts.end(), "rw") != opts.end()) ++writable;
+    if (std::find(opts.begin(), opts.end(), "rw") != opts.end())
+      writable[m["destination"].get<std::string>()] = m["source"].get<std::string>();
   }
-  EXPECT_EQ(writable, 3);
+  // The workspace, /tmp and /dev/shm; E2B's home directory is the workspace again.
+  EXPECT_EQ(writable.size(), 4u);
+  EXPECT_EQ(writable.count("/tmp"), 1u);
+  EXPECT_EQ(writable.count("/dev/shm"), 1u);
+  ASSERT_EQ(writable.count("/workspace"), 1u);
+  EXPECT_EQ(writable[isolation::kE2bHomePath], writable["/workspace"]);
 }
 
 TEST(GvisorSpec, NoCapabilitiesNoNewPrivilegesAndTheLimits) {

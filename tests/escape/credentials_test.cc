@@ -28,9 +28,9 @@ print("PR_GET_NO_NEW_PRIVS", libc.prctl(39, 0, 0, 0, 0))
 )PY");
   ASSERT_EQ(r.status(), "ok") << r.Describe();
   if (TestBackend() == "gvisor") {
-    // gVisor's /proc/self/status has no CapAmb or NoNewPrivs line, and no
-    // kiln filter is installed in the program (docs/threat-model.md): the
-    // Sentry is the filter. no_new_privs is set (prctl says so).
+    // gVisor's /proc/self/status has no CapAmb or NoNewPrivs line; kiln's
+    // filter is installed (Seccomp 2, applied by the Sentry) and no_new_privs
+    // is set (prctl says so).
     EXPECT_EQ(r.out(),
               "CapInh 0000000000000000\n"
               "CapPrm 0000000000000000\n"
@@ -38,7 +38,7 @@ print("PR_GET_NO_NEW_PRIVS", libc.prctl(39, 0, 0, 0, 0))
               "CapBnd 0000000000000000\n"
               "CapAmb <missing>\n"
               "NoNewPrivs <missing>\n"
-              "Seccomp 0\n"
+              "Seccomp 2\n"
               "PR_GET_NO_NEW_PRIVS 1\n")
         << r.Describe();
     return;

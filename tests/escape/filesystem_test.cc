@@ -320,7 +320,7 @@ TEST_F(FilesystemEscape, SensitiveProcFilesAreMasked) {
         print(name + ": " + errname(e.errno))
 for d in ("sys", "fs", "irq", "bus", "acpi", "pressure"):
     try:
-        print(d + ":", os.listdir("/proc/" + d))
+        print(d + ":", sorted(os.listdir("/proc/" + d)))
     except OSError as e:
         print(d + ": " + errname(e.errno))
 attempt("write /proc/sys/kernel/hostname", lambda: open("/proc/sys/kernel/hostname", "w"))
@@ -339,7 +339,7 @@ attempt("write /proc/sys/kernel/hostname", lambda: open("/proc/sys/kernel/hostna
         "sysrq-trigger: ENOENT\nloadavg: READABLE\nbuddyinfo: ENOENT\nzoneinfo: ENOENT\n"
         "interrupts: ENOENT\nsoftirqs: ENOENT\ndiskstats: ENOENT\npartitions: ENOENT\n"
         "cmdline: READABLE\nschedstat: ENOENT\nswaps: ENOENT\n"
-        "sys: ['kernel', 'vm', 'net']\nfs: ENOENT\nirq: ENOENT\nbus: ENOENT\nacpi: ENOENT\n"
+        "sys: ['kernel', 'net', 'vm']\nfs: ENOENT\nirq: ENOENT\nbus: ENOENT\nacpi: ENOENT\n"
         "pressure: ENOENT\nwrite /proc/sys/kernel/hostname: EACCES\n";
     code += "print(open('/proc/loadavg').read(), open('/proc/cmdline').read(), end='')\n";
     expected += "0.00 0.00 0.00 0/0 0\n BOOT_IMAGE=/vmlinuz-4.4.0-gvisor quiet\n";
@@ -439,7 +439,7 @@ open("/workspace/w", "w").write("x")
 open("/tmp/t", "w").write("x")
 open("/dev/shm/s", "w").write("x")
 print("wrote", os.stat("/workspace/w").st_uid)
-print("empty", os.listdir("/var/empty"), os.listdir("/proc/sys"))
+print("empty", sorted(os.listdir("/var/empty")), sorted(os.listdir("/proc/sys")))
 )PY");
   ASSERT_EQ(r.status(), "ok") << r.Describe();
   const std::vector<std::string> lines = Lines(r.out());
@@ -464,7 +464,7 @@ print("empty", os.listdir("/var/empty"), os.listdir("/proc/sys"))
                               " /dev/shm rw,noexec  - 9p ", " / ro  - 9p "}) {
       EXPECT_NE(r.out().find(mount), std::string::npos) << mount << "\n" << r.Describe();
     }
-    EXPECT_NE(r.out().find("empty [] ['kernel', 'vm', 'net']\n"), std::string::npos)
+    EXPECT_NE(r.out().find("empty [] ['kernel', 'net', 'vm']\n"), std::string::npos)
         << r.Describe();
   } else {
     EXPECT_GE(tmpfs, 5) << r.Describe();

@@ -10,6 +10,8 @@
 #include <charconv>
 #include <cstring>
 #include <mutex>
+#include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "store/backends.h"
@@ -151,6 +153,8 @@ struct Pq {
   decltype(&::PQreset) reset;
   decltype(&::PQexec) exec;
   decltype(&::PQexecParams) exec_params;
+  decltype(&::PQprepare) prepare;
+  decltype(&::PQexecPrepared) exec_prepared;
   decltype(&::PQresultStatus) result_status;
   decltype(&::PQresultErrorField) result_error_field;
   decltype(&::PQresultErrorMessage) result_error_message;
@@ -197,6 +201,8 @@ Result<const Pq*> LoadPq() {
     sym(pq.reset, "PQreset");
     sym(pq.exec, "PQexec");
     sym(pq.exec_params, "PQexecParams");
+    sym(pq.prepare, "PQprepare");
+    sym(pq.exec_prepared, "PQexecPrepared");
     sym(pq.result_status, "PQresultStatus");
     sym(pq.result_error_field, "PQresultErrorField");
     sym(pq.result_error_message, "PQresultErrorMessage");
@@ -309,9 +315,29 @@ class PgConn final : public Conn {
         lengths[i] = static_cast<int>(storage[i].size());
       }
     }
-    PGresult* res = pq_->exec_params(conn_, text.c_str(), static_cast<int>(params.size()),
-                                     types.data(), values.data(), lengths.data(), formats.data(),
-                                     /*resultFormat=*/0);
+    // Each statement (its text and parameter types) is prepared once per
+    // connection and then only executed: the server parses and plans it once
+    // (bench/fleet_bench.py measured the parse of every statement as most of
+    // the PostgreSQL store's cost per execution). Past kMaxPrepared distinct
+    // statements the rest are sent whole, as before.
+    const int n = static_cast<int>(params.size());
+    std::string key = text;
+    key += '\0';
+    for (Oid t : types) key += std::to_string(t) + ",";
+    auto stmt = prepared_.find(key);
+    if (stmt == prepared_.end() && prepared_.size() < kMaxPrepared) {
+      const std::string name = "kiln_s" + std::to_string(++statements_);
+      PGresult* made = pq_->prepare(conn_, name.c_str(), text.c_str(), n, types.data());
+      Result<Rows> ok = Collect(what, made);
+      pq_->clear(made);
+      if (!ok.ok()) return std::move(ok).error();
+      stmt = prepared_.emplace(std::move(key), name).first;
+    }
+    PGresult* res = stmt != prepared_.end()
+                        ? pq_->exec_prepared(conn_, stmt->second.c_str(), n, values.data(),
+                                             lengths.data(), formats.data(), /*resultFormat=*/0)
+                        : pq_->exec_params(conn_, text.c_str(), n, types.data(), values.data(),
+                                           lengths.data(), formats.data(), /*resultFormat=*/0);
     Result<Rows> out = Collect(what, res);
     pq_->clear(res);
     return out;
@@ -332,6 +358,7 @@ class PgConn final : public Conn {
   Status Reconnect(std::string_view what) {
     if (pq_->status(conn_) == CONNECTION_OK) return OkStatus();
     pq_->reset(conn_);
+    prepared_.clear();  // a new session has none of them
     if (pq_->status(conn_) == CONNECTION_OK) return OkStatus();
     return MakeError(Code::kUnavailable, "postgresql: " + std::string(what) + ": " +
                                              Trimmed(pq_->error_message(conn_)));
@@ -410,6 +437,9 @@ class PgConn final : public Conn {
 
   const Pq* pq_;
   PGconn* conn_;
+  static constexpr size_t kMaxPrepared = 512;
+  std::unordered_map<std::string, std::string> prepared_;  // text + types -> statement name
+  uint64_t statements_ = 0;
 };
 
 Result<std::unique_ptr<Conn>> Connect(const Pq* pq, const std::string& url) {

@@ -1,5 +1,5 @@
-// Base64 (RFC 4648, standard alphabet) decoding for rich outputs the sandbox
-// sent: strict, so hostile input is an error rather than garbage bytes.
+// Hex (lowercase) encoding, and Base64 (RFC 4648, standard alphabet) decoding for rich outputs the
+// sandbox sent: strict, so hostile input is an error rather than garbage bytes.
 #pragma once
 
 #include <string>
@@ -8,6 +8,9 @@
 #include "base/result.h"
 
 namespace kiln {
+
+// Two lowercase hex digits per byte.
+std::string HexEncode(std::string_view bytes);
 
 // Standard alphabet, with padding.
 std::string Base64Encode(std::string_view bytes);

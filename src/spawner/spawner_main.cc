@@ -18,6 +18,7 @@
 #include "spawner/job_channel.h"
 #include "spawner/spawner.h"
 #include "spawner/supervise_main.h"
+#include "supervisor/gvisor.h"
 #include "supervisor/host.h"
 #include "sys/fd_passing.h"
 #include "zygote/handoff.h"
@@ -244,6 +245,14 @@ nlohmann::json PoolStatusJson(const std::optional<std::string>& no_pool, bool po
   if (!host.ok()) {
     KILN_LOG_ERROR("spawner: {}", host.error().ToString());
     ::_exit(1);
+  }
+  // gVisor profiles: probe runsc once here, so that every supervisor (a fork)
+  // inherits the answer (supervisor::ProbeGvisorHost).
+  for (const auto& [name, profile] : config->profiles) {
+    if (profile.backend == policy::Backend::kGvisor) {
+      (void)supervisor::ProbeGvisorHost(*host);
+      break;
+    }
   }
   SpawnerMain(3, server, *config, *host);
 }

@@ -14,7 +14,6 @@ namespace kiln::store {
 namespace {
 
 constexpr char kB64Url[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-constexpr char kHex[] = "0123456789abcdef";
 
 int B64UrlValue(char c) {
   if (c >= 'A' && c <= 'Z') return c - 'A';
@@ -132,17 +131,6 @@ Result<std::string> Sha256(std::string_view data) {
     return Internal("EVP_Digest(sha256): " + std::to_string(ERR_get_error()));
   }
   return std::string(md.begin(), md.begin() + len);
-}
-
-std::string HexEncode(std::string_view bytes) {
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (char c : bytes) {
-    const auto b = static_cast<unsigned char>(c);
-    out += kHex[b >> 4];
-    out += kHex[b & 15];
-  }
-  return out;
 }
 
 Result<std::string> Sha256Hex(std::string_view data) {

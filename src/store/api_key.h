@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/base64.h"
 #include "base/result.h"
 
 namespace kiln::store {
@@ -53,7 +54,7 @@ Result<std::string> RandomBytes(size_t n);
 // kInternal only if OpenSSL cannot allocate.
 Result<std::string> Sha256(std::string_view data);
 Result<std::string> Sha256Hex(std::string_view data);
-std::string HexEncode(std::string_view bytes);
+using ::kiln::HexEncode;  // base/base64.h
 // HMAC-SHA256 of `data` under `key`, as 64 lowercase hex chars (webhook signatures).
 Result<std::string> HmacSha256Hex(std::string_view key, std::string_view data);
 // Constant-time equality (CRYPTO_memcmp); false when the sizes differ.

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <random>
 
+#include "base/base64.h"
 #include "base/log.h"
 #include "base/units.h"
 #include "isolation/mount_ns.h"
@@ -300,6 +301,12 @@ Status SetNonBlocking(int fd) {
 const GvisorHost& ProbeGvisorHost(const HostContext& host) {
   static const GvisorHost probed = [&host] {
     GvisorHost g;
+    if (!host.seccomp.empty()) {
+      // struct sock_filter as the kernel reads it, byte for byte (native order).
+      std::string bytes(host.seccomp.size() * sizeof(sock_filter), '\0');
+      std::memcpy(bytes.data(), host.seccomp.data(), bytes.size());
+      g.seccomp_env = "KILN_SECCOMP_BPF=" + HexEncode(bytes);
+    }
     if (const char* named = std::getenv("KILN_RUNSC"); named != nullptr && *named != '\0') {
       // The operator's choice, used as given: never another runsc instead.
       if (named[0] != '/' || ::access(named, X_OK) != 0) {
@@ -468,23 +475,10 @@ Result<GvisorLaunch> LaunchGvisor(const HostContext& host, const policy::Sandbox
   // kiln's own seccomp filter, the program the native jail installs, applied
   // by the Sentry (which implements seccomp) to the program: the launcher
   // installs it first and drops the variable (launch.py, --seccomp-from-env).
-  if (host.seccomp.empty()) {
+  if (g.seccomp_env.empty()) {
     return MakeError(Code::kInternal, "the gVisor backend needs the compiled seccomp filter");
   }
-  {
-    static constexpr char kHex[] = "0123456789abcdef";
-    // struct sock_filter as the kernel reads it, byte for byte (native order).
-    std::string bytes(host.seccomp.size() * sizeof(sock_filter), '\0');
-    std::memcpy(bytes.data(), host.seccomp.data(), bytes.size());
-    std::string hex = "KILN_SECCOMP_BPF=";
-    hex.reserve(hex.size() + 2 * bytes.size());
-    for (const char c : bytes) {
-      const auto b = static_cast<unsigned char>(c);
-      hex += kHex[b >> 4];
-      hex += kHex[b & 15];
-    }
-    in.env.push_back(std::move(hex));
-  }
+  in.env.push_back(g.seccomp_env);
   in.argv.push_back("--seccomp-from-env");
   in.uid = uid;
   in.gid = gid;

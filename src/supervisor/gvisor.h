@@ -57,7 +57,14 @@ struct GvisorHost {
   std::string runsc;  // absolute path; empty when not found
   std::string version;
   std::optional<std::string> missing;
+  // "KILN_SECCOMP_BPF=<hex>": kiln's seccomp filter (HostContext::seccomp)
+  // for the launcher to install (launch.py --seccomp-from-env); empty when
+  // the host has none compiled (then nothing is launched).
+  std::string seccomp_env;
 };
+// Probed once per process and kept: the spawner probes at start when a
+// profile asks for gVisor, so that its supervisors (its forks) inherit the
+// answer instead of running runsc --version on every launch.
 const GvisorHost& ProbeGvisorHost(const HostContext& host);
 
 // The OCI runtime spec of one sandbox (pure; unit-tested).

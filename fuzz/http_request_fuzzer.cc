@@ -8,8 +8,8 @@
 // relative file paths, environment names a client may set, the reference
 // API's ranges); every refusal names a documented error code and renders as
 // its error body; and what the server accepts reaches the supervisor
-// unchanged through the job channel (spawner EncodeRequest -> frame ->
-// DecodeRequest).
+// unchanged through the job channel (spawner PlanExecution -> EncodePlan ->
+// frame -> DecodePlan, its files as memfds).
 #include <cmath>
 #include <cstddef>
 #include <cstdint>

@@ -1,14 +1,18 @@
 // The job channel between the server and a supervisor (docs/protocol.md
-// section 5) as the fuzz targets use it: a request through the same encoding
-// and decoding as a real one (EncodeRequest, a frame, FrameReader, ParseFrame,
-// DecodeRequest), and field-by-field comparison of what arrives.
+// section 5) as the fuzz targets use it: a request planned as the server
+// plans it (PlanExecution), through the same encoding and decoding as a real
+// one (EncodePlan, a frame, FrameReader, ParseFrame, DecodePlan), and a
+// comparison of what arrives.
 #pragma once
+
+#include <unistd.h>
 
 #include <optional>
 #include <string>
 
 #include "fuzz_util.h"
 #include "ipc/frame.h"
+#include "spawner/job_channel.h"
 #include "spawner/spawner.h"
 
 namespace kiln::fuzz {
@@ -25,43 +29,65 @@ inline nlohmann::json OverTheWire(const nlohmann::json& message) {
   return *frame;
 }
 
-template <typename T>
-bool SameOptional(const std::optional<T>& a, const std::optional<T>& b) {
-  return a.has_value() == b.has_value() && (!a || *a == *b);
+inline std::string WholeFile(int fd) {
+  std::string out;
+  char buf[4096];
+  off_t at = 0;
+  ssize_t n;
+  while ((n = ::pread(fd, buf, sizeof buf, at)) > 0) {
+    out.append(buf, static_cast<size_t>(n));
+    at += n;
+  }
+  return out;
 }
 
-inline bool SameLimits(const config::LimitSpec& a, const config::LimitSpec& b) {
-  return SameOptional(a.timeout_s, b.timeout_s) && SameOptional(a.cpu_time_s, b.cpu_time_s) &&
-         SameOptional(a.memory_bytes, b.memory_bytes) && SameOptional(a.cpus, b.cpus) &&
-         SameOptional(a.pids, b.pids) && SameOptional(a.output_bytes, b.output_bytes) &&
-         SameOptional(a.disk_bytes, b.disk_bytes);
-}
-
-inline bool SameRequest(const spawner::ExecRequest& a, const spawner::ExecRequest& b) {
-  return a.id == b.id && a.profile == b.profile && SameLimits(a.limits, b.limits) &&
-         a.code == b.code && a.filename == b.filename && a.files == b.files &&
-         a.return_files == b.return_files && a.env == b.env && a.stream == b.stream;
-}
-
-inline bool SameSessionRequest(const spawner::SessionRequest& a, const spawner::SessionRequest& b) {
-  return a.id == b.id && a.profile == b.profile && SameLimits(a.limits, b.limits) &&
-         a.env == b.env && a.max_lifetime_s == b.max_lifetime_s &&
-         a.interrupt_grace_s == b.interrupt_grace_s && a.max_file_bytes == b.max_file_bytes;
-}
-
-// What the supervisor decodes of `r` as the server sends it; must be `r`.
-inline void CheckRoundTrip(const spawner::ExecRequest& r) {
-  auto back = spawner::DecodeRequest(OverTheWire(spawner::EncodeRequest(r)));
+// A plan through the wire and back encodes to the same frame (policy
+// included) with the same open files.
+template <typename Plan, typename Encode, typename Decode>
+void CheckPlanRoundTrip(const Plan& plan, Encode encode, Decode decode) {
+  spawner::SharedFds fds;
+  auto frame = encode(plan, &fds);
+  FUZZ_CHECK(frame.ok());
+  auto back = decode(OverTheWire(*frame), fds);
   FUZZ_CHECK(back.ok());
-  FUZZ_CHECK(SameRequest(*back, r));
+  spawner::SharedFds again;
+  auto frame2 = encode(*back, &again);
+  FUZZ_CHECK(frame2.ok());
+  FUZZ_CHECK(*frame2 == *frame);
+  FUZZ_CHECK(again.size() == fds.size());
+  for (size_t i = 0; i < fds.size(); ++i) FUZZ_CHECK(again[i]->get() == fds[i]->get());
+}
+
+inline void CheckRoundTrip(const spawner::ExecPlan& p) {
+  CheckPlanRoundTrip(p, spawner::EncodePlan, spawner::DecodePlan);
+}
+inline void CheckRoundTrip(const spawner::SessionPlan& p) {
+  CheckPlanRoundTrip(p, spawner::EncodeSessionPlan, spawner::DecodeSessionPlan);
+}
+
+// What the server accepted reaches the supervisor unchanged: its plan (with
+// the built-in profiles; a request a profile refuses stops there) round
+// trips, and carries the request's code, environment and files.
+inline void CheckRoundTrip(spawner::ExecRequest r) {
+  const spawner::ExecRequest asked = r;
+  auto plan = spawner::PlanExecution(config::BuiltinConfig(), {}, r);
+  if (!plan.ok()) return;
+  FUZZ_CHECK(plan->code == asked.code && plan->filename == asked.filename &&
+             plan->env == asked.env && plan->return_files == asked.return_files);
+  const auto& files = plan->policy->input_files();
+  FUZZ_CHECK(files.size() == asked.files.size());
+  for (size_t i = 0; i < files.size(); ++i) {
+    FUZZ_CHECK(files[i].name == asked.files[i].first);
+    FUZZ_CHECK(WholeFile(files[i].fd->get()) == asked.files[i].second);
+  }
+  CheckRoundTrip(*plan);
 }
 
 inline void CheckRoundTrip(const spawner::SessionRequest& r) {
-  const nlohmann::json frame = OverTheWire(spawner::EncodeSessionRequest(r));
-  FUZZ_CHECK(frame.value("type", "") == "session_start");
-  auto back = spawner::DecodeSessionRequest(frame);
-  FUZZ_CHECK(back.ok());
-  FUZZ_CHECK(SameSessionRequest(*back, r));
+  auto plan = spawner::PlanSession(config::BuiltinConfig(), {}, r);
+  if (!plan.ok()) return;
+  FUZZ_CHECK(plan->env == r.env && plan->max_file_bytes == r.max_file_bytes);
+  CheckRoundTrip(*plan);
 }
 
 }  // namespace kiln::fuzz

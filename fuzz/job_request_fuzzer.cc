@@ -1,12 +1,14 @@
-// The job channel's request frame (docs/protocol.md section 5;
+// The job channel's plan frame (docs/protocol.md section 5;
 // src/spawner/spawner.h): the first frame a supervisor reads from its job
-// socket, decoded by DecodeRequest, or by DecodeSessionRequest when its type
-// is "session_start" (as RunJob dispatches it). The far end is the server,
-// but a malformed frame must be an error, never an exception (spawner/job_channel.cc).
+// socket, decoded by DecodePlan, or by DecodeSessionPlan when its type is
+// "session_start" (as RunJob dispatches it), with its policy
+// (policy::DecodePolicy). The far end is the server, but a malformed frame
+// must be an error, never an exception (spawner/job_channel.cc). No fds come
+// with it here, so a plan naming input files is refused.
 //
 // Input: the frame's payload. Checked: decoding returns (an error or a
-// request); a decoded request goes through EncodeRequest and the wire again
-// and decodes to the same request, field by field.
+// plan); a decoded plan goes through EncodePlan and the wire again and
+// encodes to the same frame.
 #include <cstddef>
 #include <cstdint>
 
@@ -20,10 +22,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto frame = kiln::ipc::ParseFrame(input.text());
   if (!frame.ok()) return 0;
   if (frame->value("type", "") == "session_start") {
-    auto r = kiln::spawner::DecodeSessionRequest(*frame);
+    auto r = kiln::spawner::DecodeSessionPlan(*frame, {});
     if (r.ok()) kiln::fuzz::CheckRoundTrip(*r);
   } else {
-    auto r = kiln::spawner::DecodeRequest(*frame);
+    auto r = kiln::spawner::DecodePlan(*frame, {});
     if (r.ok()) kiln::fuzz::CheckRoundTrip(*r);
   }
   return 0;

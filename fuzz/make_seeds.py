@@ -140,23 +140,39 @@ put("pool_handoff", "status_ready_flag_2", b"\x00" + status(ready=2))
 put("pool_handoff", "status_no_profile", b"\x00" + status(profile=b""))
 put("pool_handoff", "status_short", b"\x00" + status()[:100])
 
-# --- job_request: the first frame's payload on a job socket ---------------------
-req = {"type": "execute", "id": "e1", "profile": "default",
-       "limits": {"timeout_s": 2.5, "memory_bytes": 67108864, "cpus": 0.5, "pids": 32},
-       "code": "print(1)", "filename": "<cell>",
-       "files": [{"path": "data/a.bin", "content_base64": "AAH/"}],
-       "return_files": ["*.png"], "stream": True, "env": {"MY_VAR": "x"}}
-put("job_request", "execute", js(req))
-put("job_request", "execute_minimal", js({"type": "execute", "id": "", "profile": "default",
-                                          "code": "1", "filename": "<string>"}))
-put("job_request", "execute_bad_base64", js(dict(req, files=[{"path": "a", "content_base64": "!!"}])))
-put("job_request", "execute_env_not_strings", js(dict(req, env={"A": 1})))
-put("job_request", "session_start", js({
-    "type": "session_start", "id": "s1", "profile": "datascience",
-    "limits": {"memory_bytes": 134217728, "timeout_s": 10}, "env": {"FOO": "bar"},
-    "max_lifetime_s": 120, "interrupt_grace_s": 0.5, "max_file_bytes": 1234}))
-put("job_request", "session_start_odd_types", js({
-    "type": "session_start", "id": "s2", "profile": "p", "limits": [], "max_file_bytes": -1}))
+# --- job_request: the first frame's payload on a job socket (a plan) -----------
+policy = {"limits": {"wall_timeout_s": 2.5, "cpu_time_s": 2.5, "cpu_time_explicit": False,
+                     "memory_bytes": 67108864, "cpus": 0.5, "pids": 32, "output_bytes": 1048576,
+                     "workspace_bytes": 134217728, "tmp_bytes": 67108864, "shm_bytes": 67108864,
+                     "open_files": 1024, "io_read_bps": 268435456, "io_write_bps": 134217728,
+                     "io_read_iops": 8000, "io_write_iops": 4000},
+          "interpreter": "/usr/bin/python3", "input_files": [], "cgroup": "required",
+          "landlock": "required", "hostname": "kiln",
+          "imports": {"mode": "denylist", "modules": ["socket", "os.path"]},
+          "preload": ["numpy"], "max_images": 16, "max_image_bytes": 8388608,
+          "ro_mounts": [], "backend": "native"}
+req = {"type": "execute", "id": "e1", "profile": "default", "policy": policy, "pooled": True,
+       "code": "print(1)", "filename": "<cell>", "return_files": ["*.png"], "stream": True,
+       "env": {"MY_VAR": "x"}, "fds": 0}
+put("job_request", "plan_execute", js(req))
+put("job_request", "plan_execute_minimal", js({"type": "execute", "id": "", "profile": "default",
+                                               "code": "1", "filename": "<string>",
+                                               "policy": policy}))
+put("job_request", "plan_file_without_fd", js(dict(req, fds=1, policy=dict(
+    policy, input_files=[{"name": "data/a.bin", "fd": 0, "size": 3}]))))
+put("job_request", "plan_cli_file", js(dict(req, policy=dict(
+    policy, input_files=[{"name": "a.csv", "host_path": "/etc/hostname"}]))))
+put("job_request", "plan_env_not_strings", js(dict(req, env={"A": 1})))
+put("job_request", "plan_limit_of_another_type", js(dict(req, policy=dict(
+    policy, limits=dict(policy["limits"], pids="32")))))
+put("job_request", "plan_gvisor_best_effort", js(dict(req, policy=dict(
+    policy, backend="gvisor", cgroup="best_effort"))))
+put("job_request", "session_plan", js({
+    "type": "session_start", "id": "s1", "profile": "datascience", "policy": policy,
+    "pooled": False, "env": {"FOO": "bar"}, "max_lifetime_s": 120, "interrupt_grace_s": 0.5,
+    "max_file_bytes": 1234, "fds": 0}))
+put("job_request", "session_plan_odd_types", js({
+    "type": "session_start", "id": "s2", "profile": "p", "policy": [], "max_file_bytes": -1}))
 
 # --- http_request: one body for the four parsers ------------------------------
 bodies = {

@@ -51,8 +51,8 @@ store::AuditFinish AuditFinishFromResult(const std::string& id, int64_t ended_ms
 Result<spawner::ExecResponse> SpawnerRunner::Run(const std::string& id,
                                                  const spawner::CancelToken& cancel,
                                                  const spawner::EventFn& on_event) {
-  exec_->id = id;
-  return spawner_->Run(*exec_, &cancel, hangup_fd_, on_event);
+  plan_->id = id;
+  return spawner_->Run(std::move(*plan_), &cancel, hangup_fd_, on_event);
 }
 
 Result<spawner::ExecResponse> CellRunner::Run(const std::string& /*id*/,
@@ -348,34 +348,14 @@ Outcome Service::RunOneShot(spawner::ExecRequest& exec, const Caller& caller, in
     out.error = Internal("one-shot executions are off");
     return out;
   }
-  // Profile and limits first: a request over a maximum is a 400, not a queue slot.
-  auto profile = deps_.config->Find(exec.profile);
-  if (!profile.ok()) {
-    out.error = profile.error();  // kInvalidArgument, field "profile"
-    return out;
-  }
-  auto builder = config::PolicyFor(**profile, exec.limits);
-  if (!builder.ok()) {
-    out.error = builder.error();
-    return out;
-  }
-  // Paths only: the bytes are not copied on the request path; their total is
-  // checked here against the policy's workspace, and again by the supervisor.
-  uint64_t file_bytes = 0;
-  for (const auto& [path, bytes] : exec.files) {
-    builder->AddFileContent(path, std::string());
-    file_bytes += bytes.size();
-  }
-  auto built = builder->Build();
-  if (!built.ok()) {
-    out.error = built.error();
-    return out;
-  }
-  if (file_bytes > built->limits().workspace_bytes) {
-    out.error =
-        InvalidField("files", "files: the files (" + std::to_string(file_bytes) +
-                                  " bytes) do not fit the workspace (" +
-                                  std::to_string(built->limits().workspace_bytes) + " bytes)");
+  // Decided once (spawner::ExecPlan): the profile, the policy with the
+  // limits capped by it, the files as sealed memfds, and the pool decision,
+  // which travel to the supervisor as is. First: a request over a maximum
+  // is a 400 (naming the field), not a queue slot.
+  auto plan = deps_.spawner != nullptr ? deps_.spawner->Plan(exec)
+                                       : spawner::PlanExecution(*deps_.config, {}, exec);
+  if (!plan.ok()) {
+    out.error = plan.error();
     return out;
   }
   if (deps_.spawner == nullptr) {
@@ -389,7 +369,7 @@ Outcome Service::RunOneShot(spawner::ExecRequest& exec, const Caller& caller, in
   job.hangup_fd = hangup_fd;
   job.request_id = request_id;
   job.on_event = on_event;
-  SpawnerRunner runner(deps_.spawner, &exec, hangup_fd);
+  SpawnerRunner runner(deps_.spawner, &*plan, hangup_fd);
   out = Run(job, runner);
   exec.id = out.id;
   return out;

@@ -164,14 +164,14 @@ class Service final {
 class SpawnerRunner final : public Runner {
  public:
   // All outlive the runner.
-  SpawnerRunner(spawner::Spawner* spawner, spawner::ExecRequest* exec, int hangup_fd)
-      : spawner_(spawner), exec_(exec), hangup_fd_(hangup_fd) {}
+  SpawnerRunner(spawner::Spawner* spawner, spawner::ExecPlan* plan, int hangup_fd)
+      : spawner_(spawner), plan_(plan), hangup_fd_(hangup_fd) {}
   Result<spawner::ExecResponse> Run(const std::string& id, const spawner::CancelToken& cancel,
                                     const spawner::EventFn& on_event) override;
 
  private:
   spawner::Spawner* spawner_;
-  spawner::ExecRequest* exec_;
+  spawner::ExecPlan* plan_;  // moved into the spawner's job when it runs
   int hangup_fd_;
 };
 

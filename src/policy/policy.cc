@@ -198,7 +198,8 @@ PolicyBuilder& PolicyBuilder::AddFile(std::string host_path, std::string name) {
   } else if (!IsSafeFileName(name)) {
     Fail("file", "'" + name + "' is not a valid workspace file name (one path component, no '/')");
   } else {
-    policy_.input_files_.push_back({std::move(host_path), std::move(name), std::nullopt});
+    policy_.input_files_.push_back(
+        {std::move(host_path), std::move(name), std::nullopt, nullptr, 0});
   }
   return *this;
 }
@@ -209,7 +210,21 @@ PolicyBuilder& PolicyBuilder::AddFileContent(std::string path, std::string conte
                       "' is not a safe relative path (no '..', no absolute path, no NUL, "
                       "components of at most 255 bytes, at most 4095 bytes in all)");
   } else {
-    policy_.input_files_.push_back({"", std::move(path), std::move(content)});
+    policy_.input_files_.push_back({"", std::move(path), std::move(content), nullptr, 0});
+  }
+  return *this;
+}
+
+PolicyBuilder& PolicyBuilder::AddFileFd(std::string path, std::shared_ptr<const UniqueFd> fd,
+                                        uint64_t size) {
+  if (fd == nullptr || !fd->valid()) {
+    Fail("files", "'" + path.substr(0, 200) + "' has no open file");
+  } else if (!IsSafeRelativePath(path)) {
+    Fail("files", "'" + path.substr(0, 200) +
+                      "' is not a safe relative path (no '..', no absolute path, no NUL, "
+                      "components of at most 255 bytes, at most 4095 bytes in all)");
+  } else {
+    policy_.input_files_.push_back({"", std::move(path), std::nullopt, std::move(fd), size});
   }
   return *this;
 }
@@ -312,6 +327,7 @@ Result<SandboxPolicy> PolicyBuilder::Build() {
       return InvalidField("files", "file: '" + f.name + "' is given twice");
     }
     if (f.content) content_bytes += f.content->size();
+    if (f.fd) content_bytes += f.size;
   }
   // A path that is also a directory of another ("a" and "a/b") cannot exist.
   for (const auto& n : names) {

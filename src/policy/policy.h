@@ -6,20 +6,28 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "base/result.h"
+#include "base/unique_fd.h"
 
 namespace kiln::policy {
 
-// A host file copied into the workspace before the program starts.
+// A file copied into the workspace before the program starts: a host path
+// (the CLI), its bytes, or an open file (API requests: a sealed memfd the
+// server filled once, passed to the supervisor beside the job, docs/protocol.md
+// section 5).
 struct InputFile {
   std::string host_path;               // opened by the supervisor with its own privileges (CLI)
   std::string name;                    // relative path inside the workspace (IsSafeRelativePath)
-  std::optional<std::string> content;  // the bytes themselves (API requests); no host path
+  std::optional<std::string> content;  // the bytes themselves; no host path
+  std::shared_ptr<const UniqueFd> fd;  // an open regular file, read from offset 0; no host path
+  uint64_t size = 0;                   // fd's size
 };
 
 // The import policy the runtime applies to user code (a layer on top of the
@@ -121,6 +129,9 @@ class SandboxPolicy final {
 
  private:
   friend class PolicyBuilder;
+  // A built policy travels to the supervisor as is (policy_codec.h).
+  friend Result<SandboxPolicy> DecodePolicy(const nlohmann::json& j,
+                                            std::vector<std::shared_ptr<const UniqueFd>> fds);
   SandboxPolicy() = default;
   Limits limits_;
   std::string interpreter_ = "/usr/bin/python3";
@@ -163,6 +174,8 @@ class PolicyBuilder final {
   // ("data/a.csv"); IsSafeRelativePath decides. Sizes are checked at Build
   // against the workspace size.
   PolicyBuilder& AddFileContent(std::string path, std::string content);
+  // The same, from an open regular file of `size` bytes (a sealed memfd).
+  PolicyBuilder& AddFileFd(std::string path, std::shared_ptr<const UniqueFd> fd, uint64_t size);
   PolicyBuilder& Imports(ImportPolicy policy);
   PolicyBuilder& Preload(std::vector<std::string> modules);
   PolicyBuilder& MaxImages(uint64_t n);

@@ -91,9 +91,16 @@ Result<nlohmann::json> SessionManager::Create(const Caller& caller, const Sessio
       return executions::Service::LockdownError(*reason);
     }
   }
-  KILN_ASSIGN_OR_RETURN(policy::PolicyBuilder builder,
-                        config::PolicyFor(**profile, options.limits));
-  KILN_ASSIGN_OR_RETURN(policy::SandboxPolicy policy, builder.Build());
+  // Decided once: the session's policy and whether a pooled sandbox fits
+  // travel to its supervisor as is (spawner::SessionPlan).
+  spawner::SessionRequest req;
+  req.profile = profile_name;
+  req.limits = options.limits;
+  req.env = options.env;
+  KILN_ASSIGN_OR_RETURN(spawner::SessionPlan plan, deps_.spawner != nullptr
+                                                       ? deps_.spawner->Plan(req)
+                                                       : spawner::PlanSession(config, {}, req));
+  const policy::SandboxPolicy& policy = *plan.policy;
   const double idle_cap = config.server.session_idle_ttl_s;
   const double life_cap = config.server.session_max_lifetime_s;
   if (options.idle_ttl_s && (*options.idle_ttl_s <= 0 || *options.idle_ttl_s > idle_cap)) {
@@ -150,15 +157,11 @@ Result<nlohmann::json> SessionManager::Create(const Caller& caller, const Sessio
   s->idle_ttl_s = options.idle_ttl_s.value_or(idle_cap);
   s->max_lifetime_s = options.max_lifetime_s.value_or(life_cap);
   s->lifetime_cap_s = s->max_lifetime_s;
-  spawner::SessionRequest req;
-  req.id = s->id;
-  req.profile = profile_name;
-  req.limits = options.limits;
-  req.env = options.env;
-  req.max_lifetime_s = s->max_lifetime_s;
-  req.interrupt_grace_s = config.server.interrupt_grace_s;
-  req.max_file_bytes = config.server.max_file_bytes;
-  auto channel = deps_.spawner->StartSession(req, &s->cancel);
+  plan.id = s->id;
+  plan.max_lifetime_s = s->max_lifetime_s;
+  plan.interrupt_grace_s = config.server.interrupt_grace_s;
+  plan.max_file_bytes = config.server.max_file_bytes;
+  auto channel = deps_.spawner->StartSession(plan, &s->cancel);
   release();
   if (!channel.ok()) return std::move(channel).error();
   s->channel = std::move(*channel);

@@ -39,7 +39,9 @@ Result<std::unique_ptr<Spawner>> Spawner::Start(const config::Config& config,
                                                 const supervisor::HostContext& host) {
   auto s = std::unique_ptr<Spawner>(new Spawner());
   s->config_ = config;
-  s->pool_ = !zygote::PoolUnavailableReason(config, host).has_value();
+  // The pool keys are computed once: a plan's pool decision is then a
+  // comparison of limits (zygote::PoolFits), no policy built per request.
+  if (!zygote::PoolUnavailableReason(config, host).has_value()) s->pool_keys_ = PoolKeysOf(config);
   s->wake_ = UniqueFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!s->wake_) return ErrnoError("eventfd for the spawner's watcher");
   {
@@ -243,27 +245,20 @@ Result<ExecResponse> ReadResult(FramedChannel& ch, const EventFn& on_event,
 
 }  // namespace
 
-std::string Spawner::PoolProfileFor(
-    const std::string& profile_name, const config::LimitSpec& limits,
-    const std::vector<std::pair<std::string, std::string>>& env) const {
-  if (!pool_) return "";
-  auto profile = config_.Find(profile_name);
-  if (!profile.ok() || !zygote::PoolEligible(config_, **profile, limits, env)) return "";
-  return profile_name;
-}
-
-Result<ExecResponse> Spawner::Run(const ExecRequest& request, const CancelToken* cancel,
-                                  int hangup_fd, const EventFn& on_event) {
+Result<ExecResponse> Spawner::Run(ExecPlan plan, const CancelToken* cancel, int hangup_fd,
+                                  const EventFn& on_event) {
+  plan.stream = static_cast<bool>(on_event);
+  SharedFds fds;
+  KILN_ASSIGN_OR_RETURN(nlohmann::json frame, EncodePlan(plan, &fds));
   uint64_t generation = 0;
-  KILN_ASSIGN_OR_RETURN(
-      UniqueFd job,
-      NewJob(PoolProfileFor(request.profile, request.limits, request.env), &generation));
+  KILN_ASSIGN_OR_RETURN(UniqueFd job, NewJob(plan.pooled ? plan.profile : "", &generation));
   FramedChannel ch(std::move(job), kMaxResponseBytes);
-  ExecRequest req = request;
-  req.stream = static_cast<bool>(on_event);
-  if (Status written = ch.Write(EncodeRequest(req)); !written.ok()) {
+  if (Status written = WriteFrameWithFds(ch.fd(), frame, fds); !written.ok()) {
     return Died(generation, "execution", written.error());
   }
+  // The supervisor has its own copies of the input files now.
+  fds.clear();
+  plan.policy.reset();
   // Cancel or a client hangup: EOF on the supervisor's end, which kills the
   // sandbox and answers with its "cancelled" result.
   std::vector<FramedChannel::Waker> wakers(2);
@@ -282,16 +277,16 @@ Result<ExecResponse> Spawner::Run(const ExecRequest& request, const CancelToken*
 SessionChannel::SessionChannel() = default;
 SessionChannel::~SessionChannel() = default;  // closing the socket ends the session
 
-Result<std::unique_ptr<SessionChannel>> Spawner::StartSession(const SessionRequest& request,
+Result<std::unique_ptr<SessionChannel>> Spawner::StartSession(const SessionPlan& plan,
                                                               const CancelToken* cancel) {
+  SharedFds fds;
+  KILN_ASSIGN_OR_RETURN(nlohmann::json start, EncodeSessionPlan(plan, &fds));
   uint64_t generation = 0;
-  KILN_ASSIGN_OR_RETURN(
-      UniqueFd job,
-      NewJob(PoolProfileFor(request.profile, request.limits, request.env), &generation));
+  KILN_ASSIGN_OR_RETURN(UniqueFd job, NewJob(plan.pooled ? plan.profile : "", &generation));
   auto session = std::unique_ptr<SessionChannel>(new SessionChannel());
   session->channel_ = std::make_unique<FramedChannel>(std::move(job), kMaxResponseBytes);
   FramedChannel& ch = *session->channel_;
-  if (Status written = ch.Write(EncodeSessionRequest(request)); !written.ok()) {
+  if (Status written = WriteFrameWithFds(ch.fd(), start, fds); !written.ok()) {
     return Died(generation, "session's start", written.error());
   }
   std::vector<FramedChannel::Waker> wakers(1);

@@ -1,11 +1,16 @@
 #include "spawner/job_channel.h"
 
+#include <unistd.h>
+
 #include <string>
 #include <utility>
 
 #include "base/base64.h"
+#include "policy/policy_codec.h"
 #include "spawner/spawner.h"
+#include "sys/fd_passing.h"
 #include "sys/syscalls.h"
+#include "zygote/handoff.h"
 
 namespace kiln::spawner {
 namespace {
@@ -27,6 +32,40 @@ Status WriteFrame(int fd, const nlohmann::json& message) {
   const std::string wire = ipc::EncodeMessage(message);
   if (sys::WriteAll(fd, wire.data(), wire.size()) != 0) return ErrnoError("write job frame");
   return OkStatus();
+}
+
+Status WriteFrameWithFds(int fd, const nlohmann::json& message, const SharedFds& fds) {
+  KILN_TRY(WriteFrame(fd, message));
+  // The fds follow in small frames of their own, at most kFdsPerFrame each
+  // (sys::SendWithFds); SCM_RIGHTS on a stream socket stays with the bytes
+  // it was sent with, so the reader finds them in order.
+  const std::string wire = ipc::EncodeMessage({{"type", "fds"}});
+  for (size_t at = 0; at < fds.size(); at += kFdsPerFrame) {
+    int batch[kFdsPerFrame];
+    size_t n = 0;
+    for (; n < kFdsPerFrame && at + n < fds.size(); ++n) batch[n] = fds[at + n]->get();
+    const ssize_t sent = sys::SendWithFds(fd, wire.data(), wire.size(), batch, n, 0);
+    if (sent < 0) return ErrnoError("send input files");
+    // The fds went with the first byte; the rest of a short write follows.
+    if (static_cast<size_t>(sent) < wire.size() &&
+        sys::WriteAll(fd, wire.data() + sent, wire.size() - static_cast<size_t>(sent)) != 0) {
+      return ErrnoError("write job frame");
+    }
+  }
+  return OkStatus();
+}
+
+Result<SharedFds> ReadPlanFds(FramedChannel& ch, const nlohmann::json& plan) {
+  KILN_ASSIGN_OR_RETURN(const size_t count, FdsOf(plan));
+  while (ch.fds_received() < count) {
+    KILN_ASSIGN_OR_RETURN(nlohmann::json frame, ch.Read());
+    if (frame.value("type", "") != "fds") return InvalidArgument("the plan's files did not come");
+  }
+  std::vector<UniqueFd> fds = ch.TakeFds();
+  if (fds.size() != count) return InvalidArgument("more files came than the plan names");
+  SharedFds out;
+  for (auto& fd : fds) out.push_back(std::make_shared<const UniqueFd>(std::move(fd)));
+  return out;
 }
 
 nlohmann::json ErrorFrame(const Error& e) {
@@ -78,97 +117,199 @@ Result<config::LimitSpec> LimitsFromJson(const nlohmann::json& l) {
   return out;
 }
 
-nlohmann::json EncodeRequest(const ExecRequest& r) {
-  nlohmann::json files = nlohmann::json::array();
-  for (const auto& [path, bytes] : r.files) {
-    files.push_back({{"path", path}, {"content_base64", Base64Encode(bytes)}});
-  }
-  nlohmann::json j = {{"type", "execute"},    {"id", r.id},
-                      {"profile", r.profile}, {"limits", LimitsToJson(r.limits)},
-                      {"code", r.code},       {"filename", r.filename},
-                      {"files", files}};
-  j["return_files"] = r.return_files ? nlohmann::json(*r.return_files) : nlohmann::json(nullptr);
-  j["stream"] = r.stream;
-  nlohmann::json env = nlohmann::json::object();
-  for (const auto& [k, v] : r.env) env[k] = v;
-  j["env"] = env;
+namespace {
+
+nlohmann::json EnvJson(const std::vector<std::pair<std::string, std::string>>& env) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [k, v] : env) j[k] = v;
   return j;
 }
 
-Result<ExecRequest> DecodeRequest(const nlohmann::json& j) {
+Result<std::vector<std::pair<std::string, std::string>>> EnvOf(const nlohmann::json& j) {
+  std::vector<std::pair<std::string, std::string>> env;
+  auto it = j.find("env");
+  if (it == j.end()) return env;
+  if (!it->is_object()) return InvalidArgument("env must be an object");
+  for (const auto& [k, v] : it->items()) {
+    if (!v.is_string()) return InvalidArgument("env values must be strings");
+    env.emplace_back(k, v.get<std::string>());
+  }
+  return env;
+}
+
+Result<bool> BoolOf(const nlohmann::json& j, const char* key, bool fallback) {
+  auto it = j.find(key);
+  if (it == j.end()) return fallback;
+  // json::value() throws type_error on a member of another type (found by
+  // fuzz/job_request_fuzzer.cc: std::terminate in the supervisor).
+  if (!it->is_boolean()) return InvalidArgument(std::string(key) + " must be a boolean");
+  return it->get<bool>();
+}
+
+Result<double> NumberOf(const nlohmann::json& j, const char* key, double fallback) {
+  auto it = j.find(key);
+  if (it == j.end()) return fallback;
+  if (!it->is_number()) return InvalidArgument(std::string(key) + " must be a number");
+  return it->get<double>();
+}
+
+Result<policy::SandboxPolicy> PolicyOf(const nlohmann::json& j, SharedFds fds) {
+  auto it = j.find("policy");
+  if (it == j.end()) return InvalidArgument("the plan has no policy");
+  return policy::DecodePolicy(*it, std::move(fds));
+}
+
+}  // namespace
+
+Result<size_t> FdsOf(const nlohmann::json& j) {
+  auto it = j.find("fds");
+  if (it == j.end()) return size_t{0};
+  if (!it->is_number_unsigned() || it->get<uint64_t>() > kMaxInputFiles)
+    return InvalidArgument("fds must be a count of at most " + std::to_string(kMaxInputFiles));
+  return static_cast<size_t>(it->get<uint64_t>());
+}
+
+Result<nlohmann::json> EncodePlan(const ExecPlan& p, SharedFds* fds) {
+  if (!p.policy) return Internal("a plan without a policy");
+  KILN_ASSIGN_OR_RETURN(nlohmann::json policy, policy::EncodePolicy(*p.policy, fds));
+  nlohmann::json j = {{"type", "execute"},      {"id", p.id},
+                      {"profile", p.profile},   {"policy", std::move(policy)},
+                      {"pooled", p.pooled},     {"code", p.code},
+                      {"filename", p.filename}, {"env", EnvJson(p.env)},
+                      {"stream", p.stream},     {"fds", fds->size()}};
+  j["return_files"] = p.return_files ? nlohmann::json(*p.return_files) : nlohmann::json(nullptr);
+  return j;
+}
+
+Result<ExecPlan> DecodePlan(const nlohmann::json& j, SharedFds fds) {
   // The other end is the server (trusted), but a malformed frame must still be
   // an error, not an exception.
-  ExecRequest r;
-  KILN_ASSIGN_OR_RETURN(r.id, ipc::GetString(j, "id"));
-  KILN_ASSIGN_OR_RETURN(r.profile, ipc::GetString(j, "profile"));
-  KILN_ASSIGN_OR_RETURN(r.code, ipc::GetString(j, "code"));
-  KILN_ASSIGN_OR_RETURN(r.filename, ipc::GetString(j, "filename"));
-  KILN_ASSIGN_OR_RETURN(r.limits, LimitsFromJson(j.value("limits", nlohmann::json::object())));
-  const auto files = j.value("files", nlohmann::json::array());
-  if (!files.is_array()) return InvalidArgument("files must be an array");
-  for (const auto& f : files) {
-    if (!f.is_object()) return InvalidArgument("files: entries must be objects");
-    KILN_ASSIGN_OR_RETURN(std::string path, ipc::GetString(f, "path"));
-    KILN_ASSIGN_OR_RETURN(std::string b64, ipc::GetString(f, "content_base64"));
-    KILN_ASSIGN_OR_RETURN(std::string bytes, Base64Decode(b64));
-    r.files.emplace_back(std::move(path), std::move(bytes));
-  }
-  if (j.contains("env") && j["env"].is_object()) {
-    for (const auto& [k, v] : j["env"].items()) {
-      if (!v.is_string()) return InvalidArgument("env values must be strings");
-      r.env.emplace_back(k, v.get<std::string>());
-    }
-  }
-  if (j.contains("stream")) {
-    // json::value() throws type_error on a member of another type (found by
-    // fuzz/job_request_fuzzer.cc: std::terminate in the supervisor).
-    if (!j["stream"].is_boolean()) return InvalidArgument("stream must be a boolean");
-    r.stream = j["stream"].get<bool>();
-  }
-  if (j.contains("return_files") && j["return_files"].is_array()) {
+  ExecPlan p;
+  KILN_ASSIGN_OR_RETURN(p.id, ipc::GetString(j, "id"));
+  KILN_ASSIGN_OR_RETURN(p.profile, ipc::GetString(j, "profile"));
+  KILN_ASSIGN_OR_RETURN(p.code, ipc::GetString(j, "code"));
+  KILN_ASSIGN_OR_RETURN(p.filename, ipc::GetString(j, "filename"));
+  KILN_ASSIGN_OR_RETURN(p.pooled, BoolOf(j, "pooled", false));
+  KILN_ASSIGN_OR_RETURN(p.stream, BoolOf(j, "stream", false));
+  KILN_ASSIGN_OR_RETURN(p.env, EnvOf(j));
+  if (auto rf = j.find("return_files"); rf != j.end() && !rf->is_null()) {
+    if (!rf->is_array()) return InvalidArgument("return_files must be an array or null");
     std::vector<std::string> globs;
-    for (const auto& g : j["return_files"]) {
+    for (const auto& g : *rf) {
       if (!g.is_string()) return InvalidArgument("return_files: entries must be strings");
       globs.push_back(g.get<std::string>());
     }
-    r.return_files = std::move(globs);
+    p.return_files = std::move(globs);
   }
-  return r;
+  KILN_ASSIGN_OR_RETURN(policy::SandboxPolicy policy, PolicyOf(j, std::move(fds)));
+  p.policy.emplace(std::move(policy));
+  return p;
 }
 
-nlohmann::json EncodeSessionRequest(const SessionRequest& r) {
-  nlohmann::json env = nlohmann::json::object();
-  for (const auto& [k, v] : r.env) env[k] = v;
-  return {{"type", "session_start"},
-          {"id", r.id},
-          {"profile", r.profile},
-          {"limits", LimitsToJson(r.limits)},
-          {"env", env},
-          {"max_lifetime_s", r.max_lifetime_s},
-          {"interrupt_grace_s", r.interrupt_grace_s},
-          {"max_file_bytes", r.max_file_bytes}};
+Result<nlohmann::json> EncodeSessionPlan(const SessionPlan& p, SharedFds* fds) {
+  if (!p.policy) return Internal("a plan without a policy");
+  KILN_ASSIGN_OR_RETURN(nlohmann::json policy, policy::EncodePolicy(*p.policy, fds));
+  return nlohmann::json{{"type", "session_start"},
+                        {"id", p.id},
+                        {"profile", p.profile},
+                        {"policy", std::move(policy)},
+                        {"pooled", p.pooled},
+                        {"env", EnvJson(p.env)},
+                        {"max_lifetime_s", p.max_lifetime_s},
+                        {"interrupt_grace_s", p.interrupt_grace_s},
+                        {"max_file_bytes", p.max_file_bytes},
+                        {"fds", fds->size()}};
 }
 
-Result<SessionRequest> DecodeSessionRequest(const nlohmann::json& j) {
-  SessionRequest r;
-  KILN_ASSIGN_OR_RETURN(r.id, ipc::GetString(j, "id"));
-  KILN_ASSIGN_OR_RETURN(r.profile, ipc::GetString(j, "profile"));
-  KILN_ASSIGN_OR_RETURN(r.limits, LimitsFromJson(j.value("limits", nlohmann::json::object())));
-  if (j.contains("env") && j["env"].is_object()) {
-    for (const auto& [k, v] : j["env"].items()) {
-      if (!v.is_string()) return InvalidArgument("env values must be strings");
-      r.env.emplace_back(k, v.get<std::string>());
-    }
+Result<SessionPlan> DecodeSessionPlan(const nlohmann::json& j, SharedFds fds) {
+  SessionPlan p;
+  KILN_ASSIGN_OR_RETURN(p.id, ipc::GetString(j, "id"));
+  KILN_ASSIGN_OR_RETURN(p.profile, ipc::GetString(j, "profile"));
+  KILN_ASSIGN_OR_RETURN(p.pooled, BoolOf(j, "pooled", false));
+  KILN_ASSIGN_OR_RETURN(p.env, EnvOf(j));
+  KILN_ASSIGN_OR_RETURN(p.max_lifetime_s, NumberOf(j, "max_lifetime_s", p.max_lifetime_s));
+  KILN_ASSIGN_OR_RETURN(p.interrupt_grace_s, NumberOf(j, "interrupt_grace_s", p.interrupt_grace_s));
+  if (auto it = j.find("max_file_bytes"); it != j.end()) {
+    if (!it->is_number_unsigned()) return InvalidArgument("max_file_bytes must be a count");
+    p.max_file_bytes = it->get<uint64_t>();
   }
-  auto num = [&j](const char* k, double d) {
-    return j.contains(k) && j[k].is_number() ? j[k].get<double>() : d;
-  };
-  r.max_lifetime_s = num("max_lifetime_s", r.max_lifetime_s);
-  r.interrupt_grace_s = num("interrupt_grace_s", r.interrupt_grace_s);
-  if (j.contains("max_file_bytes") && j["max_file_bytes"].is_number_unsigned()) {
-    r.max_file_bytes = j["max_file_bytes"].get<uint64_t>();
+  KILN_ASSIGN_OR_RETURN(policy::SandboxPolicy policy, PolicyOf(j, std::move(fds)));
+  p.policy.emplace(std::move(policy));
+  return p;
+}
+
+PoolKeys PoolKeysOf(const config::Config& config) {
+  PoolKeys keys;
+  for (const auto& [name, profile] : config.profiles) {
+    if (!zygote::ProfilePooled(config, profile)) continue;
+    auto builder = config::PolicyFor(profile, {});
+    if (!builder.ok()) continue;
+    auto built = builder->Build();
+    if (built.ok()) keys.emplace(name, built->limits());
   }
-  return r;
+  return keys;
+}
+
+namespace {
+
+// The pool key a plan's limits and environment fit, or none.
+bool Pooled(const PoolKeys& pool, const std::string& profile, const policy::Limits& limits,
+            const std::vector<std::pair<std::string, std::string>>& env) {
+  if (!env.empty()) return false;  // the zygote's environment is fixed
+  auto it = pool.find(profile);
+  return it != pool.end() && zygote::PoolFits(limits, it->second);
+}
+
+}  // namespace
+
+Result<ExecPlan> PlanExecution(const config::Config& config, const PoolKeys& pool,
+                               ExecRequest& request) {
+  KILN_ASSIGN_OR_RETURN(const config::Profile* profile, config.Find(request.profile));
+  KILN_ASSIGN_OR_RETURN(policy::PolicyBuilder builder, config::PolicyFor(*profile, request.limits));
+  if (request.files.size() > kMaxInputFiles) {
+    return InvalidField("files", "files: at most " + std::to_string(kMaxInputFiles) +
+                                     " files per execution (" +
+                                     std::to_string(request.files.size()) + " given)");
+  }
+  // Each file's bytes go into a sealed memfd here, once; the memfd travels
+  // to the supervisor beside the plan and the sandbox copies from it.
+  for (auto& [path, bytes] : request.files) {
+    KILN_ASSIGN_OR_RETURN(UniqueFd fd, policy::SealedMemfd("kiln-input", bytes));
+    builder.AddFileFd(path, std::make_shared<const UniqueFd>(std::move(fd)), bytes.size());
+    std::string().swap(bytes);
+  }
+  request.files.clear();
+  if (::geteuid() != 0) builder.CgroupRequirement(policy::Requirement::kBestEffort);
+  KILN_ASSIGN_OR_RETURN(policy::SandboxPolicy built, builder.Build());
+  ExecPlan plan;
+  plan.id = request.id;
+  plan.profile = request.profile;
+  plan.pooled = Pooled(pool, request.profile, built.limits(), request.env);
+  plan.policy.emplace(std::move(built));
+  plan.code = request.code;
+  plan.filename = request.filename;
+  plan.return_files = request.return_files;
+  plan.env = request.env;
+  plan.stream = request.stream;
+  return plan;
+}
+
+Result<SessionPlan> PlanSession(const config::Config& config, const PoolKeys& pool,
+                                const SessionRequest& request) {
+  KILN_ASSIGN_OR_RETURN(const config::Profile* profile, config.Find(request.profile));
+  KILN_ASSIGN_OR_RETURN(policy::PolicyBuilder builder, config::PolicyFor(*profile, request.limits));
+  if (::geteuid() != 0) builder.CgroupRequirement(policy::Requirement::kBestEffort);
+  KILN_ASSIGN_OR_RETURN(policy::SandboxPolicy built, builder.Build());
+  SessionPlan plan;
+  plan.id = request.id;
+  plan.profile = request.profile;
+  plan.pooled = Pooled(pool, request.profile, built.limits(), request.env);
+  plan.policy.emplace(std::move(built));
+  plan.env = request.env;
+  plan.max_lifetime_s = request.max_lifetime_s;
+  plan.interrupt_grace_s = request.interrupt_grace_s;
+  plan.max_file_bytes = request.max_file_bytes;
+  return plan;
 }
 
 }  // namespace kiln::spawner

@@ -12,19 +12,23 @@
 #include <cerrno>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/result.h"
 #include "base/unique_fd.h"
 #include "config/config.h"
 #include "ipc/frame.h"
+#include "sys/fd_passing.h"
 
 namespace kiln::spawner {
 
-inline constexpr size_t kMaxRequestBytes = 320u << 20;   // 64 MiB of code + files + encoding
+// A plan's frame: code and policy (input files travel as fds beside it).
+inline constexpr size_t kMaxRequestBytes = 320u << 20;
 inline constexpr size_t kMaxResponseBytes = 512u << 20;  // outputs + returned files, base64
 
 // An error as a frame, with the request field it is about ("field", when
@@ -34,6 +38,17 @@ Error ErrorOf(const nlohmann::json& frame);
 
 // One frame, written whole.
 Status WriteFrame(int fd, const nlohmann::json& message);
+
+// A frame, then `fds` in "fds" frames of at most kFdsPerFrame each
+// (SCM_RIGHTS): how a plan's input files travel beside it.
+inline constexpr size_t kFdsPerFrame = 8;
+using SharedFds = std::vector<std::shared_ptr<const UniqueFd>>;
+Status WriteFrameWithFds(int fd, const nlohmann::json& message, const SharedFds& fds);
+class FramedChannel;
+// The fds that travel beside a plan's frame (its "fds" member says how
+// many): reads "fds" frames until they have all come; an error when another
+// frame comes first, or more fds than the plan names.
+Result<SharedFds> ReadPlanFds(FramedChannel& ch, const nlohmann::json& plan);
 
 nlohmann::json LimitsToJson(const config::LimitSpec& l);
 Result<config::LimitSpec> LimitsFromJson(const nlohmann::json& l);
@@ -111,24 +126,30 @@ class FramedChannel final {
   }
 
   Status Write(const nlohmann::json& message) { return WriteFrame(fd_.get(), message); }
+  // The fds that came with the bytes read so far (SCM_RIGHTS), in order.
+  size_t fds_received() const { return fds_.size(); }
+  std::vector<UniqueFd> TakeFds() { return std::exchange(fds_, {}); }
   void ShutdownWrite() { ::shutdown(fd_.get(), SHUT_WR); }
 
  private:
   Result<bool> ReadSome(char* chunk, size_t size) {
-    for (;;) {
-      const ssize_t n = ::read(fd_.get(), chunk, size);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return ErrnoError("read job channel");
-      }
-      if (n == 0) return false;
-      reader_.Feed(chunk, static_cast<size_t>(n));
-      return true;
+    // recvmsg, so that fds sent beside a frame (WriteFrameWithFds) are kept.
+    int got[kFdsPerFrame];
+    const sys::Received r = sys::ReceiveWithFds(fd_.get(), chunk, size, got, kFdsPerFrame, 0);
+    for (size_t i = 0; i < r.nfds; ++i) fds_.emplace_back(got[i]);
+    if (r.bytes < 0) {
+      errno = r.err;
+      return ErrnoError("read job channel");
     }
+    if (r.truncated) return InvalidArgument("job channel: fds lost (too many in one frame)");
+    if (r.bytes == 0) return false;
+    reader_.Feed(chunk, static_cast<size_t>(r.bytes));
+    return true;
   }
 
   UniqueFd fd_;
   ipc::FrameReader reader_;
+  std::vector<UniqueFd> fds_;
 };
 
 }  // namespace kiln::spawner

@@ -25,6 +25,8 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -36,10 +38,13 @@
 #include "base/result.h"
 #include "base/unique_fd.h"
 #include "config/config.h"
+#include "policy/policy.h"
 #include "supervisor/host.h"
 
 namespace kiln::spawner {
 
+// A one-shot execution as a front-end asks for it (the HTTP API, E2B, MCP);
+// PlanExecution validates it once into an ExecPlan, which is what runs.
 struct ExecRequest {
   std::string id;                   // the execution's id (audit, logs)
   std::string profile = "default";  // a profile of the server's config
@@ -51,6 +56,26 @@ struct ExecRequest {
   std::vector<std::pair<std::string, std::string>> env;    // validated by the caller
   bool stream = false;  // send output events while it runs (Run's on_event)
 };
+
+// What the server decided, once, for one execution (docs/protocol.md section
+// 5): the policy built from the profile and the request (limits capped by
+// the profile, input files as sealed memfds in it) and whether a pooled
+// sandbox fits. It travels to the supervisor as is: the supervisor builds no
+// policy and makes no pool decision of its own.
+struct ExecPlan {
+  std::string id;
+  std::string profile;
+  std::optional<policy::SandboxPolicy> policy;  // always set in a plan that runs
+  bool pooled = false;  // a pooled sandbox of `profile` fits (zygote::PoolFits)
+  std::string code;
+  std::string filename = "<cell>";
+  std::optional<std::vector<std::string>> return_files;  // globs; empty list = all
+  std::vector<std::pair<std::string, std::string>> env;
+  bool stream = false;
+};
+
+// At most this many input files per execution: each travels as a memfd.
+inline constexpr size_t kMaxInputFiles = 512;
 
 // Streaming: (event, data) as supervisor::EventSink describes.
 using EventFn = std::function<void(std::string_view, const nlohmann::json&)>;
@@ -64,6 +89,31 @@ struct SessionRequest {
   double interrupt_grace_s = 2;
   uint64_t max_file_bytes = 64ULL << 20;
 };
+
+// A session's start, decided once (as ExecPlan).
+struct SessionPlan {
+  std::string id;
+  std::string profile;
+  std::optional<policy::SandboxPolicy> policy;
+  bool pooled = false;
+  std::vector<std::pair<std::string, std::string>> env;
+  double max_lifetime_s = 3600;
+  double interrupt_grace_s = 2;
+  uint64_t max_file_bytes = 64ULL << 20;
+};
+
+// The pool keys: for each profile with a warm pool, the limits its pooled
+// sandboxes were made with. Empty when the server runs no pool.
+using PoolKeys = std::map<std::string, policy::Limits>;
+PoolKeys PoolKeysOf(const config::Config& config);
+
+// Validates a request once: its profile, its limits against the profile's
+// maxima, its files (into sealed memfds), and the pool decision. Errors are
+// kInvalidArgument naming the field. `request`'s file bytes are moved out.
+Result<ExecPlan> PlanExecution(const config::Config& config, const PoolKeys& pool,
+                               ExecRequest& request);
+Result<SessionPlan> PlanSession(const config::Config& config, const PoolKeys& pool,
+                                const SessionRequest& request);
 
 struct ExecResponse {
   nlohmann::json result;  // supervisor::ToJson's shape (docs/api.md)
@@ -146,8 +196,16 @@ class Spawner final {
   // kUnavailable). A cancelled execution returns its result with status
   // "cancelled". `hangup_fd` (a client's socket, or -1): its peer hanging up
   // cancels too.
-  Result<ExecResponse> Run(const ExecRequest& request, const CancelToken* cancel,
-                           int hangup_fd = -1, const EventFn& on_event = {});
+  Result<ExecResponse> Run(ExecPlan plan, const CancelToken* cancel, int hangup_fd = -1,
+                           const EventFn& on_event = {});
+
+  // The plans of this server (its configuration and its pool).
+  Result<ExecPlan> Plan(ExecRequest& request) const {
+    return PlanExecution(config_, pool_keys_, request);
+  }
+  Result<SessionPlan> Plan(const SessionRequest& request) const {
+    return PlanSession(config_, pool_keys_, request);
+  }
 
   // Starts a session's supervisor and sandbox; returns when the sandbox is
   // ready (its interpreter and preloads started). A session whose limits and
@@ -155,7 +213,7 @@ class Spawner final {
   // imported) and keeps it; ready()["pooled"] says which. Errors as Run's; a
   // sandbox that failed to start is kFailedPrecondition/kInternal with the
   // reason.
-  Result<std::unique_ptr<SessionChannel>> StartSession(const SessionRequest& request,
+  Result<std::unique_ptr<SessionChannel>> StartSession(const SessionPlan& plan,
                                                        const CancelToken* cancel);
 
   // The warm pool in plain sight: {enabled, running, reason, profiles: {NAME:
@@ -175,14 +233,10 @@ class Spawner final {
  private:
   Spawner() = default;
   // A job socket handed to the spawner; `pool_profile` non-empty: the
-  // execution may take a pooled sandbox of that profile (zygote::PoolEligible).
-  // `generation`: which spawner took it.
+  // execution takes a pooled sandbox of that profile if one is ready (the
+  // plan's decision). `generation`: which spawner took it.
   Result<UniqueFd> NewJob(const std::string& pool_profile, uint64_t* generation);
   Result<UniqueFd> SendJob(const std::string& tag, uint64_t* generation);
-  // The profile whose pooled sandbox may run a job of these limits and
-  // environment; empty when no pool's sandbox fits (zygote::PoolEligible).
-  std::string PoolProfileFor(const std::string& profile, const config::LimitSpec& limits,
-                             const std::vector<std::pair<std::string, std::string>>& env) const;
   // An execution's channel ended without an answer: kUnavailable (retry)
   // whatever died, the spawner or the execution's supervisor.
   Error Died(uint64_t generation, const std::string& what, const Error& e);
@@ -197,18 +251,23 @@ class Spawner final {
   std::atomic<int> restarts_{0};
   UniqueFd wake_;  // eventfd: the destructor stops the watcher
   std::thread watcher_;
-  config::Config config_;  // for the pool's eligibility (read-only after Start)
-  bool pool_ = false;      // the spawner runs a warm pool
+  config::Config config_;  // the plans' profiles (read-only after Start)
+  PoolKeys pool_keys_;     // empty: the spawner runs no warm pool
 };
 
 // `kiln spawner` (hidden): the spawner process. fd 3 is its control socket,
 // fd 4 holds the configuration's text; `server` is the pid it dies with.
 [[noreturn]] void RunSpawnerProcess(pid_t server);
 
-// Encoding of the job channel (job_channel.cc), exposed for unit tests.
-nlohmann::json EncodeRequest(const ExecRequest& r);
-Result<ExecRequest> DecodeRequest(const nlohmann::json& j);
-nlohmann::json EncodeSessionRequest(const SessionRequest& r);
-Result<SessionRequest> DecodeSessionRequest(const nlohmann::json& j);
+// Encoding of the job channel (job_channel.cc), exposed for unit tests: the
+// plan's frame, and in `fds` the open files that travel beside it (its
+// input files; fds[i] is the frame's fd i).
+using SharedFds = std::vector<std::shared_ptr<const UniqueFd>>;
+Result<nlohmann::json> EncodePlan(const ExecPlan& p, SharedFds* fds);
+Result<ExecPlan> DecodePlan(const nlohmann::json& j, SharedFds fds);
+Result<nlohmann::json> EncodeSessionPlan(const SessionPlan& p, SharedFds* fds);
+Result<SessionPlan> DecodeSessionPlan(const nlohmann::json& j, SharedFds fds);
+// How many fds a plan's frame says travel beside it (its "fds" member).
+Result<size_t> FdsOf(const nlohmann::json& j);
 
 }  // namespace kiln::spawner

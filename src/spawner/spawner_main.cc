@@ -213,7 +213,7 @@ nlohmann::json PoolStatusJson(const std::optional<std::string>& no_pool, bool po
       ::close(control);
       pool_fd.Reset();
       stock.Clear();  // only our own sandbox's fds stay open
-      RunJob(job, config, host, std::move(pooled));
+      RunJob(job, host, std::move(pooled));
     }
     if (child > 0 && !pooled_profile.empty()) {
       in_use[child] = pooled_profile;

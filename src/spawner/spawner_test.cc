@@ -1,81 +1,221 @@
 #include "spawner/spawner.h"
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "spawner/job_channel.h"
 
 namespace kiln::spawner {
 namespace {
 
-TEST(SpawnerProtocol, RequestRoundTrips) {
+std::string ReadWhole(int fd) {
+  std::string out;
+  char buf[4096];
+  off_t at = 0;
+  ssize_t n;
+  while ((n = ::pread(fd, buf, sizeof buf, at)) > 0) {
+    out.append(buf, static_cast<size_t>(n));
+    at += n;
+  }
+  return out;
+}
+
+// A plan through a real job socket, as the server sends it and a supervisor
+// reads it: the frame, then its fds in "fds" frames (SCM_RIGHTS).
+template <typename Plan, typename Encode, typename Decode>
+Result<Plan> OverASocket(const Plan& plan, Encode encode, Decode decode) {
+  int sp[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0)
+    return ErrnoError("socketpair");
+  UniqueFd server(sp[0]);
+  FramedChannel supervisor(UniqueFd(sp[1]), kMaxRequestBytes);
+  SharedFds fds;
+  KILN_ASSIGN_OR_RETURN(nlohmann::json frame, encode(plan, &fds));
+  KILN_TRY(WriteFrameWithFds(server.get(), frame, fds));
+  fds.clear();  // the server's copies go; the supervisor's are its own
+  server.Reset();
+  KILN_ASSIGN_OR_RETURN(nlohmann::json got, supervisor.Read());
+  KILN_ASSIGN_OR_RETURN(SharedFds came, ReadPlanFds(supervisor, got));
+  return decode(got, std::move(came));
+}
+
+Result<ExecPlan> ExecOverASocket(const ExecPlan& p) {
+  return OverASocket(p, EncodePlan, DecodePlan);
+}
+
+const config::Config& Builtin() { return config::BuiltinConfig(); }
+
+TEST(JobPlan, AnExecutionIsDecidedOnceAndTravelsAsIs) {
   ExecRequest r;
   r.id = "abc";
-  r.profile = "strict";
+  r.profile = "default";
   r.limits.timeout_s = 2.5;
   r.limits.memory_bytes = 64ULL << 20;
   r.limits.pids = 32;
   r.code = "print(1)";
-  r.filename = "<cell>";
-  r.files = {{"data/a.bin", std::string("\0\x01\xff", 3)}};
   r.return_files = std::vector<std::string>{"*.png"};
-  auto back = DecodeRequest(EncodeRequest(r));
+  r.env = {{"FOO", "bar"}};
+  // More files than one "fds" frame carries.
+  for (int i = 0; i < 20; ++i) {
+    r.files.emplace_back("data/f" + std::to_string(i) + ".bin",
+                         std::string("\0\x01\xff", 3) + std::to_string(i));
+  }
+  auto plan = PlanExecution(Builtin(), PoolKeysOf(Builtin()), r);
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  EXPECT_TRUE(r.files.empty());  // moved into the memfds
+  EXPECT_FALSE(plan->pooled);    // its limits are not the pool's, and it has env
+  auto back = ExecOverASocket(*plan);
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(back->id, "abc");
-  EXPECT_EQ(back->profile, "strict");
-  EXPECT_DOUBLE_EQ(*back->limits.timeout_s, 2.5);
-  EXPECT_EQ(*back->limits.memory_bytes, 64ULL << 20);
-  EXPECT_EQ(*back->limits.pids, 32u);
-  EXPECT_FALSE(back->limits.cpus.has_value());
-  ASSERT_EQ(back->files.size(), 1u);
-  EXPECT_EQ(back->files[0].second, std::string("\0\x01\xff", 3));
+  EXPECT_EQ(back->profile, "default");
+  EXPECT_EQ(back->code, "print(1)");
+  EXPECT_EQ(back->filename, "<cell>");
   ASSERT_TRUE(back->return_files.has_value());
   EXPECT_EQ((*back->return_files)[0], "*.png");
+  EXPECT_EQ(back->env, plan->env);
+  const policy::Limits& l = back->policy->limits();
+  EXPECT_DOUBLE_EQ(l.wall_timeout_s, 2.5);
+  EXPECT_EQ(l.memory_bytes, 64ULL << 20);
+  EXPECT_EQ(l.pids, 32u);
+  ASSERT_EQ(back->policy->input_files().size(), 20u);
+  for (int i = 0; i < 20; ++i) {
+    const auto& f = back->policy->input_files()[static_cast<size_t>(i)];
+    EXPECT_EQ(f.name, "data/f" + std::to_string(i) + ".bin");
+    EXPECT_EQ(ReadWhole(f.fd->get()), std::string("\0\x01\xff", 3) + std::to_string(i));
+  }
 }
 
-TEST(SpawnerProtocol, MalformedRequestsAreErrors) {
-  EXPECT_FALSE(DecodeRequest(nlohmann::json::object()).ok());
-  auto j = EncodeRequest(ExecRequest{});
-  j["files"] = nlohmann::json::array({{{"path", "a"}, {"content_base64", "!!"}}});
-  EXPECT_FALSE(DecodeRequest(j).ok());
+TEST(JobPlan, ThePoolDecisionIsMadeOnceFromThePoolKeys) {
+  const PoolKeys keys = PoolKeysOf(Builtin());
+  ASSERT_TRUE(keys.count("default")) << "the built-in default profile has a pool";
+  ExecRequest fits;
+  fits.profile = "default";
+  fits.limits.timeout_s = 5;  // per execution: still fits
+  auto a = PlanExecution(Builtin(), keys, fits);
+  ASSERT_TRUE(a.ok());
+  EXPECT_TRUE(a->pooled);
+  ExecRequest bigger = fits;
+  bigger.limits.memory_bytes = 256ULL << 20;  // fixed when the zygote forked
+  auto b = PlanExecution(Builtin(), keys, bigger);
+  ASSERT_TRUE(b.ok());
+  EXPECT_FALSE(b->pooled);
+  ExecRequest env = fits;
+  env.env = {{"A", "1"}};
+  auto c = PlanExecution(Builtin(), keys, env);
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->pooled);
+  auto none = PlanExecution(Builtin(), {}, fits);  // a server without a pool
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->pooled);
+  auto back = ExecOverASocket(*a);
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(back->pooled);
+}
+
+TEST(JobPlan, BadRequestsAreRefusedNamingTheField) {
+  ExecRequest unknown;
+  unknown.profile = "nope";
+  auto a = PlanExecution(Builtin(), {}, unknown);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.error().field, "profile");
+  ExecRequest many;
+  for (size_t i = 0; i <= kMaxInputFiles; ++i) many.files.emplace_back(std::to_string(i), "x");
+  auto b = PlanExecution(Builtin(), {}, many);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.error().field, "files");
+  ExecRequest big;
+  big.limits.disk_bytes = 1 << 20;
+  big.files.emplace_back("a", std::string((1 << 20) + 1, 'x'));
+  auto c = PlanExecution(Builtin(), {}, big);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().field, "files");
+  ExecRequest unsafe;
+  unsafe.files.emplace_back("../a", "x");
+  auto d = PlanExecution(Builtin(), {}, unsafe);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.error().field, "files");
+  ExecRequest over;
+  over.limits.memory_bytes = 1ULL << 50;
+  auto e = PlanExecution(Builtin(), {}, over);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().field, "memory");
+}
+
+TEST(JobPlan, MalformedPlansAreErrors) {
+  ExecRequest r;
+  r.files.emplace_back("a.txt", "hello");
+  auto plan = PlanExecution(Builtin(), {}, r);
+  ASSERT_TRUE(plan.ok());
+  SharedFds fds;
+  auto j = EncodePlan(*plan, &fds);
+  ASSERT_TRUE(j.ok());
+  EXPECT_TRUE(DecodePlan(*j, fds).ok());
+  EXPECT_FALSE(DecodePlan(nlohmann::json::object(), {}).ok());
+  EXPECT_FALSE(DecodePlan(*j, {}).ok());  // its file did not come
+  auto no_policy = *j;
+  no_policy.erase("policy");
+  EXPECT_FALSE(DecodePlan(no_policy, fds).ok());
   // A member of another type is an error, not a type_error thrown (found by
   // fuzz/job_request_fuzzer.cc).
-  auto k = EncodeRequest(ExecRequest{});
-  k["stream"] = 1;
-  EXPECT_FALSE(DecodeRequest(k).ok());
-  k["stream"] = "yes";
-  EXPECT_FALSE(DecodeRequest(k).ok());
+  for (auto bad : {nlohmann::json(1), nlohmann::json("yes")}) {
+    auto k = *j;
+    k["stream"] = bad;
+    EXPECT_FALSE(DecodePlan(k, fds).ok());
+    k = *j;
+    k["pooled"] = bad;
+    EXPECT_FALSE(DecodePlan(k, fds).ok());
+  }
+  auto k = *j;
+  k["fds"] = kMaxInputFiles + 1;
+  EXPECT_FALSE(FdsOf(k).ok());
+  k["fds"] = -1;
+  EXPECT_FALSE(FdsOf(k).ok());
 }
 
-TEST(SpawnerProtocol, SessionRequestRoundTrips) {
+TEST(JobPlan, MoreFdsThanThePlanNamesAreRefused) {
+  int sp[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+  UniqueFd server(sp[0]);
+  FramedChannel supervisor(UniqueFd(sp[1]), kMaxRequestBytes);
+  auto fd = std::make_shared<const UniqueFd>(::dup(0));
+  ASSERT_TRUE(WriteFrameWithFds(server.get(), {{"type", "execute"}, {"fds", 1}}, {fd, fd}).ok());
+  auto got = supervisor.Read();
+  ASSERT_TRUE(got.ok());
+  EXPECT_FALSE(ReadPlanFds(supervisor, *got).ok());
+}
+
+TEST(JobPlan, ASessionIsDecidedOnceAndTravelsAsIs) {
   SessionRequest r;
   r.id = "s1";
-  r.profile = "datascience";
+  r.profile = "default";
   r.limits.memory_bytes = 128ULL << 20;
   r.limits.timeout_s = 10;
   r.env = {{"FOO", "bar"}};
   r.max_lifetime_s = 120;
   r.interrupt_grace_s = 0.5;
   r.max_file_bytes = 1234;
-  const auto j = EncodeSessionRequest(r);
-  EXPECT_EQ(j["type"], "session_start");
-  auto back = DecodeSessionRequest(j);
+  auto plan = PlanSession(Builtin(), PoolKeysOf(Builtin()), r);
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  auto back = OverASocket(*plan, EncodeSessionPlan, DecodeSessionPlan);
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(back->id, "s1");
-  EXPECT_EQ(back->profile, "datascience");
-  EXPECT_EQ(*back->limits.memory_bytes, 128ULL << 20);
-  EXPECT_DOUBLE_EQ(*back->limits.timeout_s, 10);
+  EXPECT_EQ(back->profile, "default");
+  EXPECT_FALSE(back->pooled);
+  EXPECT_EQ(back->policy->limits().memory_bytes, 128ULL << 20);
+  EXPECT_DOUBLE_EQ(back->policy->limits().wall_timeout_s, 10);
   ASSERT_EQ(back->env.size(), 1u);
   EXPECT_EQ(back->env[0].second, "bar");
   EXPECT_DOUBLE_EQ(back->max_lifetime_s, 120);
   EXPECT_DOUBLE_EQ(back->interrupt_grace_s, 0.5);
   EXPECT_EQ(back->max_file_bytes, 1234u);
-  EXPECT_FALSE(DecodeSessionRequest(nlohmann::json::object()).ok());
-}
-
-TEST(SpawnerProtocol, StreamFlagRoundTrips) {
-  ExecRequest r;
-  r.stream = true;
-  auto back = DecodeRequest(EncodeRequest(r));
-  ASSERT_TRUE(back.ok());
-  EXPECT_TRUE(back->stream);
+  SharedFds none;
+  auto j = EncodeSessionPlan(*plan, &none);
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ((*j)["type"], "session_start");
+  EXPECT_FALSE(DecodeSessionPlan(nlohmann::json::object(), {}).ok());
+  (*j)["max_file_bytes"] = "big";
+  EXPECT_FALSE(DecodeSessionPlan(*j, {}).ok());
 }
 
 }  // namespace

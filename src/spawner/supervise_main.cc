@@ -28,31 +28,21 @@ nlohmann::json ResultFrame(const supervisor::ExecutionResult& result) {
   return {{"type", "result"}, {"result", supervisor::ToJson(result, false)}, {"files", files}};
 }
 
-Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config,
-                                          const std::string& profile_name,
-                                          const config::LimitSpec& limits,
-                                          std::vector<std::pair<std::string, std::string>>* files) {
-  KILN_ASSIGN_OR_RETURN(const config::Profile* profile, config.Find(profile_name));
-  KILN_ASSIGN_OR_RETURN(policy::PolicyBuilder builder, config::PolicyFor(*profile, limits));
-  if (files != nullptr) {
-    for (auto& [path, bytes] : *files) builder.AddFileContent(path, std::move(bytes));
-  }
-  if (::geteuid() != 0) builder.CgroupRequirement(policy::Requirement::kBestEffort);
-  return builder.Build();
-}
-
 // One-shot: one request, one sandbox, one result.
 [[noreturn]] void RunOneShot(FramedChannel& ch, const nlohmann::json& frame,
-                             const config::Config& config, const supervisor::HostContext& host,
+                             const supervisor::HostContext& host,
                              std::optional<zygote::Handoff> pooled) {
   auto reply_error = [&ch](const Error& e) {
     (void)ch.Write(ErrorFrame(e));
     ::_exit(0);
   };
-  auto request = DecodeRequest(frame);
+  // The plan as the server decided it: its policy is built, its input files
+  // are the memfds that came beside it, the pool decision is made.
+  auto inputs = ReadPlanFds(ch, frame);
+  if (!inputs.ok()) reply_error(inputs.error());
+  auto request = DecodePlan(frame, std::move(*inputs));
   if (!request.ok()) reply_error(request.error());
-  auto policy = BuildPolicy(config, request->profile, request->limits, &request->files);
-  if (!policy.ok()) reply_error(policy.error());
+  const policy::SandboxPolicy& policy = *request->policy;
   supervisor::Program program{request->filename, request->code, request->env};
   supervisor::RunOptions options;
   options.return_files = request->return_files;
@@ -62,14 +52,13 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config,
       (void)ch.Write({{"type", "event"}, {"event", std::string(event)}, {"data", data}});
     };
   }
-  // A sandbox from the warm pool when the server found the request eligible
-  // (zygote::PoolEligible; checked again here); else, or if it cannot be
-  // adopted, a cold one. An unused pooled sandbox dies with our copies of
-  // its fds and its cgroup with the adopted object.
+  // A sandbox from the warm pool when the server's plan says one fits (the
+  // spawner hands one only then); else, or if it cannot be adopted, a cold
+  // one. An unused pooled sandbox dies with our copies of its fds and its
+  // cgroup with the adopted object.
   std::optional<supervisor::AdoptedSandbox> adopted;
   if (pooled) {
-    auto profile = config.Find(request->profile);
-    if (profile.ok() && zygote::PoolEligible(config, **profile, request->limits, request->env)) {
+    if (request->pooled && pooled->profile == request->profile) {
       auto a = zygote::Adopt(host, std::move(*pooled));
       if (a.ok()) {
         adopted.emplace(std::move(*a));
@@ -87,7 +76,7 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config,
     (void)ch.Write(ResultFrame(r));
     answered = true;
   };
-  auto result = supervisor::RunSandboxed(host, *policy, program, options);
+  auto result = supervisor::RunSandboxed(host, policy, program, options);
   if (!result.ok()) reply_error(result.error());
   if (!answered) (void)ch.Write(ResultFrame(*result));
   ::_exit(0);
@@ -97,24 +86,24 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config,
 // a pooled one when the server found the session eligible (checked again
 // here) and the pool had one ready, else a cold one.
 [[noreturn]] void RunSession(FramedChannel& ch, const nlohmann::json& frame,
-                             const config::Config& config, const supervisor::HostContext& host,
+                             const supervisor::HostContext& host,
                              std::optional<zygote::Handoff> pooled) {
   auto reply_error = [&ch](const Error& e) {
     (void)ch.Write(ErrorFrame(e));
     ::_exit(0);
   };
-  auto start = DecodeSessionRequest(frame);
+  auto inputs = ReadPlanFds(ch, frame);
+  if (!inputs.ok()) reply_error(inputs.error());
+  auto start = DecodeSessionPlan(frame, std::move(*inputs));
   if (!start.ok()) reply_error(start.error());
-  auto policy = BuildPolicy(config, start->profile, start->limits, nullptr);
-  if (!policy.ok()) reply_error(policy.error());
+  const policy::SandboxPolicy* policy = &*start->policy;
   // RLIMIT_CPU backstop: all the cpu the session could use in its lifetime
   // (cells are limited by the cgroup's accounting).
   const double rlimit_cpu_s =
       policy::SessionCpuBudgetSeconds(start->max_lifetime_s, policy->limits());
   std::unique_ptr<supervisor::Sandbox> sandbox;
   if (pooled) {
-    auto profile = config.Find(start->profile);
-    if (profile.ok() && zygote::PoolEligible(config, **profile, start->limits, start->env)) {
+    if (start->pooled && pooled->profile == start->profile) {
       auto a = zygote::Adopt(host, std::move(*pooled));
       auto adopted = a.ok() ? supervisor::Sandbox::Adopt(host, *policy, std::move(*a), rlimit_cpu_s)
                             : Result<std::unique_ptr<supervisor::Sandbox>>(std::move(a).error());
@@ -308,14 +297,13 @@ Result<policy::SandboxPolicy> BuildPolicy(const config::Config& config,
 }  // namespace
 
 // The supervisor process of one job: single-threaded, forked by the spawner.
-[[noreturn]] void RunJob(int fd, const config::Config& config, const supervisor::HostContext& host,
+[[noreturn]] void RunJob(int fd, const supervisor::HostContext& host,
                          std::optional<zygote::Handoff> pooled) {
   FramedChannel ch{UniqueFd(fd), kMaxRequestBytes};
   auto frame = ch.Read();
   if (!frame.ok()) ::_exit(1);
-  if (frame->value("type", "") == "session_start")
-    RunSession(ch, *frame, config, host, std::move(pooled));
-  RunOneShot(ch, *frame, config, host, std::move(pooled));
+  if (frame->value("type", "") == "session_start") RunSession(ch, *frame, host, std::move(pooled));
+  RunOneShot(ch, *frame, host, std::move(pooled));
 }
 
 // A supervisor reads what a sandbox made (frames, files, directory listings)

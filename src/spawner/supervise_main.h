@@ -1,12 +1,12 @@
 // The supervisor process of one job (`kiln-supervise`): forked by the
 // spawner, single-threaded like `kiln run`. It reads the job's request from
-// the job channel, builds the policy, runs the sandbox (a one-shot, or a
-// session's cells) and writes the results back.
+// the job channel (its plan: the policy the server built, the input files
+// as memfds beside it, the pool decision), runs the sandbox (a one-shot, or
+// a session's cells) and writes the results back. It builds no policy.
 #pragma once
 
 #include <optional>
 
-#include "config/config.h"
 #include "supervisor/host.h"
 #include "zygote/handoff.h"
 
@@ -16,7 +16,7 @@ namespace kiln::spawner {
 void LimitOwnMemory();
 
 // The job on `fd`; `pooled`: the warm pool's sandbox the spawner took for it.
-[[noreturn]] void RunJob(int fd, const config::Config& config, const supervisor::HostContext& host,
+[[noreturn]] void RunJob(int fd, const supervisor::HostContext& host,
                          std::optional<zygote::Handoff> pooled);
 
 }  // namespace kiln::spawner

@@ -23,6 +23,7 @@
 #include "base/units.h"
 #include "isolation/mount_ns.h"
 #include "isolation/user_ns.h"
+#include "supervisor/input_files.h"
 #include "sys/fd_passing.h"
 #include "sys/syscalls.h"
 
@@ -422,31 +423,9 @@ Result<GvisorLaunch> LaunchGvisor(const HostContext& host, const policy::Sandbox
   layout.tmp_bytes = limits.tmp_bytes;
   layout.shm_bytes = limits.shm_bytes;
   layout.tmpfs_owner.emplace(uid, gid);
-  uint64_t input_total = 0;
-  for (const auto& f : policy.input_files()) {
-    UniqueFd fd;
-    if (f.content) {
-      fd.Reset(::memfd_create("kiln-input", MFD_CLOEXEC));
-      if (!fd) return ErrnoError("memfd_create");
-      if (sys::WriteAll(fd.get(), f.content->data(), f.content->size()) != 0)
-        return ErrnoError("write input file " + f.name);
-      input_total += f.content->size();
-    } else {
-      fd.Reset(::open(f.host_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
-      struct stat info {};
-      if (!fd) return WithField(ErrnoError("file: cannot open '" + f.host_path + "'"), "files");
-      if (::fstat(fd.get(), &info) != 0 || !S_ISREG(info.st_mode))
-        return InvalidField("files", "file: '" + f.host_path + "' is not a regular file");
-      input_total += static_cast<uint64_t>(info.st_size);
-    }
-    layout.workspace_files.push_back({fd.get(), f.name});
-    keep.push_back(std::move(fd));
-  }
-  if (input_total > limits.workspace_bytes) {
-    return InvalidField("files", "file: the input files (" + FormatSize(input_total) +
-                                     ") do not fit the workspace (--disk " +
-                                     FormatSize(limits.workspace_bytes) + ")");
-  }
+  KILN_ASSIGN_OR_RETURN(std::vector<OpenInput> inputs,
+                        OpenInputs(policy, limits.workspace_bytes, &keep));
+  for (const auto& in : inputs) layout.workspace_files.push_back({in.fd, in.name});
   for (auto& fd : OpenFontCache(host, &layout.mpl_cache_files)) keep.push_back(std::move(fd));
   layout.runtime_dir = host.runtime_dir;
   layout.extra_ro_paths = policy.extra_ro_mounts();

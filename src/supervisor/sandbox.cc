@@ -29,6 +29,7 @@
 #include "isolation/user_ns.h"
 #include "supervisor/cell_outputs.h"
 #include "supervisor/gvisor.h"
+#include "supervisor/input_files.h"
 #include "supervisor/jail.h"
 #include "supervisor/outcome.h"
 #include "supervisor/runtime_channel.h"
@@ -830,35 +831,11 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
   layout.workspace_bytes = limits.workspace_bytes;
   layout.tmp_bytes = limits.tmp_bytes;
   layout.shm_bytes = limits.shm_bytes;
-  uint64_t input_total = 0;
-  for (const auto& f : policy.input_files()) {
-    if (f.content) {
-      // Given by content (API requests): the child copies from a memfd.
-      UniqueFd fd(::memfd_create("kiln-input", MFD_CLOEXEC));
-      if (!fd) return ErrnoError("memfd_create");
-      if (sys::WriteAll(fd.get(), f.content->data(), f.content->size()) != 0) {
-        return ErrnoError("write input file " + f.name);
-      }
-      input_total += f.content->size();
-      layout.workspace_files.push_back({fd.get(), f.name});
-      s.keep_fds.push_back(std::move(fd));
-      continue;
-    }
-    UniqueFd fd(::open(f.host_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
-    if (!fd) return WithField(ErrnoError("file: cannot open '" + f.host_path + "'"), "files");
-    struct stat info {};
-    if (::fstat(fd.get(), &info) != 0 || !S_ISREG(info.st_mode)) {
-      return InvalidField("files", "file: '" + f.host_path + "' is not a regular file");
-    }
-    input_total += static_cast<uint64_t>(info.st_size);
-    layout.workspace_files.push_back({fd.get(), f.name});
-    s.keep_fds.push_back(std::move(fd));
-  }
-  if (input_total > limits.workspace_bytes) {
-    return InvalidField("files", "file: the input files (" + FormatSize(input_total) +
-                                     ") do not fit the workspace (--disk " +
-                                     FormatSize(limits.workspace_bytes) + ")");
-  }
+  // The input files: the child copies each from its open file (the plan's
+  // memfds, or what OpenInputs opened) into the workspace.
+  KILN_ASSIGN_OR_RETURN(std::vector<OpenInput> inputs,
+                        OpenInputs(policy, limits.workspace_bytes, &s.keep_fds));
+  for (const auto& in : inputs) layout.workspace_files.push_back({in.fd, in.name});
   for (auto& fd : OpenFontCache(host, &layout.mpl_cache_files)) s.keep_fds.push_back(std::move(fd));
   // The runtime directory is copied into the sandbox from fds opened here,
   // so it may live anywhere (mount_ns.h).
@@ -1103,26 +1080,15 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Adopt(const HostContext& host,
   // The input files go in through the workspace fd, owned by the sandbox's
   // uid, before any line of the program runs.
   if (!policy.input_files().empty()) {
+    std::vector<UniqueFd> opened;
+    KILN_ASSIGN_OR_RETURN(std::vector<OpenInput> inputs,
+                          OpenInputs(policy, s.limits.workspace_bytes, &opened));
     KILN_ASSIGN_OR_RETURN(ScopedFsIds ids, ScopedFsIds::Enter(a.host_uid, a.host_uid));
     const WorkspaceCaps caps{s.limits.workspace_bytes, s.limits.workspace_bytes};
-    for (const auto& f : policy.input_files()) {
-      std::string bytes;
-      if (f.content) {
-        bytes = *f.content;
-      } else {
-        UniqueFd fd(::open(f.host_path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
-        struct stat st_buf {};
-        if (!fd) return WithField(ErrnoError("file: cannot open '" + f.host_path + "'"), "files");
-        if (::fstat(fd.get(), &st_buf) != 0 || !S_ISREG(st_buf.st_mode)) {
-          return InvalidField("files", "file: '" + f.host_path + "' is not a regular file");
-        }
-        char buf[65536];
-        ssize_t n;
-        while ((n = ::read(fd.get(), buf, sizeof buf)) > 0)
-          bytes.append(buf, static_cast<size_t>(n));
-        if (n < 0) return ErrnoError("read '" + f.host_path + "'");
-      }
-      KILN_TRY(WriteFileBeneath(s.workspace_fd.get(), f.name, bytes, caps, a.host_uid, a.host_uid));
+    for (const auto& in : inputs) {
+      KILN_ASSIGN_OR_RETURN(std::string bytes, ReadInput(in));
+      KILN_TRY(
+          WriteFileBeneath(s.workspace_fd.get(), in.name, bytes, caps, a.host_uid, a.host_uid));
     }
   }
   s.t_planned = s.t_cgroup = s.t_cloned = s.t_maps = s.t_workspace = s.t_worker = s.t_attach_asked =

@@ -195,20 +195,11 @@ Result<supervisor::AdoptedSandbox> Adopt(const supervisor::HostContext& host, Ha
   return std::move(h.sandbox);
 }
 
-bool PoolEligible(const config::Config& config, const config::Profile& profile,
-                  const config::LimitSpec& request,
-                  const std::vector<std::pair<std::string, std::string>>& env) {
-  if (!config.pool.enabled || !profile.pool || !env.empty()) return false;
-  // The warm pool's zygotes are native jails; a gVisor profile starts cold.
-  if (profile.backend != policy::Backend::kNative) return false;
-  auto asked = config::PolicyFor(profile, request);
-  auto pooled = config::PolicyFor(profile, {});
-  if (!asked.ok() || !pooled.ok()) return false;
-  auto a = asked->Build();
-  auto p = pooled->Build();
-  if (!a.ok() || !p.ok()) return false;
-  const policy::Limits& x = a->limits();
-  const policy::Limits& y = p->limits();
+bool ProfilePooled(const config::Config& config, const config::Profile& profile) {
+  return config.pool.enabled && profile.pool && profile.backend == policy::Backend::kNative;
+}
+
+bool PoolFits(const policy::Limits& x, const policy::Limits& y) {
   return x.memory_bytes == y.memory_bytes && x.cpus == y.cpus && x.pids == y.pids &&
          x.workspace_bytes == y.workspace_bytes && x.tmp_bytes == y.tmp_bytes &&
          x.shm_bytes == y.shm_bytes && x.open_files == y.open_files &&

@@ -87,15 +87,18 @@ Result<std::optional<Arrival>> ReceiveArrival(int fd);
 // The driver of an adopted sandbox's cgroup, from its name.
 Result<supervisor::AdoptedSandbox> Adopt(const supervisor::HostContext& host, Handoff&& h);
 
-// Whether an execution may take a sandbox of `profile`'s pool: the pool is on
-// for it, no extra environment, and every limit fixed when its zygote forked
-// the sandbox (memory, cpus, pids, the tmpfs sizes, open files) is the
-// profile's default; the CPU-time backstop (RLIMIT_CPU) may only be lower.
-// The rest (timeouts, output caps, files, import policy) is the supervisor's
-// per execution.
-bool PoolEligible(const config::Config& config, const config::Profile& profile,
-                  const config::LimitSpec& request,
-                  const std::vector<std::pair<std::string, std::string>>& env);
+// Whether a profile has a warm pool: the pool is on, and for the profile,
+// and its backend is the native jail (the zygotes are native jails).
+bool ProfilePooled(const config::Config& config, const config::Profile& profile);
+
+// Whether an execution of limits `asked` may take a pooled sandbox made with
+// `pooled` (its profile's default limits): every limit fixed when its zygote
+// forked the sandbox (memory, cpus, pids, the tmpfs sizes, open files, I/O)
+// is the same; the CPU-time backstop (RLIMIT_CPU) may only be lower. The rest
+// (timeouts, output caps, files, import policy) is the supervisor's per
+// execution. An execution with extra environment never fits (the caller's
+// check: the zygote's environment is fixed).
+bool PoolFits(const policy::Limits& asked, const policy::Limits& pooled);
 
 // Forks the pool process (single-threaded callers; pool_process.cc). Returns its pid and the
 // spawner's end of their socket. It dies with its parent.

@@ -14,8 +14,13 @@ is not what is measured):
                   with --baseline-kiln also that binary's, e.g. main's build)
   postgres        one node, PostgreSQL store (a throwaway cluster on a unix
                   socket, fsync off), direct HTTP
+  haproxy-sqlite  HAProxy (the shipped config) in front of the SQLite node:
+                  HAProxy's cost alone
   haproxy-N       N = 1, 2, 3 nodes sharing that PostgreSQL store behind
                   HAProxy with deploy/haproxy/haproxy.cfg (TLS, keep-alive)
+
+--configs picks some of them (sqlite is always measured: the others' added
+p50 is against it).
 
 The N nodes share this machine's cores, so more nodes are no faster: the
 point is what PostgreSQL and HAProxy add to one request. It measures; it
@@ -64,6 +69,7 @@ drain_wait = 0.1
 """
 
 
+ALL_CONFIGS = ["sqlite", "haproxy-sqlite", "postgres", "haproxy-1", "haproxy-2", "haproxy-3"]
 STARTED = []  # every process this run started, stopped at exit whatever happens
 CLEANUP = []
 
@@ -156,6 +162,39 @@ class Node:
         self.proc.wait(timeout=60)
 
 
+def make_pem(tmp):
+    pem = os.path.join(tmp, "haproxy.pem")
+    if not os.path.exists(pem):
+        subprocess.run("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
+                       "-keyout %s/k -out %s/c 2>/dev/null && cat %s/c %s/k > %s"
+                       % (tmp, tmp, tmp, tmp, pem), shell=True, check=True)
+    return pem
+
+
+def measure_haproxy(haproxy, tmp, ports, key, requests):
+    """HAProxy with the shipped config in front of the nodes on `ports`."""
+    port = free_port()
+    env = dict(os.environ, KILN_HAPROXY_BIND="127.0.0.1:%d" % port,
+               KILN_HAPROXY_CERT=make_pem(tmp))
+    for i in range(3):
+        # Absent nodes point at a closed port: down, never chosen.
+        env["KILN_NODE_%d" % i] = "127.0.0.1:%d" % (ports[i] if i < len(ports) else 9)
+    hap = subprocess.Popen([haproxy, "-db", "-f",
+                            os.path.join(REPO, "deploy/haproxy/haproxy.cfg")],
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    STARTED.append(hap)
+    time.sleep(2.5)  # the health checks see every node up
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        return measure(lambda: http.client.HTTPSConnection("127.0.0.1", port, context=ctx), key,
+                       requests)
+    finally:
+        hap.send_signal(signal.SIGTERM)
+        hap.wait()
+
+
 def make_key(kiln, tmp, store):
     argv = [kiln, "keys", "create", "--tenant", "bench"]
     argv += ["--store", store] if store else ["--data-dir", os.path.join(tmp, "sqlite", "data")]
@@ -191,12 +230,18 @@ def main():
     ap.add_argument("--requests", type=int, default=300)
     ap.add_argument("--baseline-kiln", help="another kiln binary (e.g. main's) measured on the "
                     "sqlite configuration too: the SQLite path's cost of the store interface")
+    ap.add_argument("--configs", default=",".join(ALL_CONFIGS),
+                    help="comma-separated, of: " + ", ".join(ALL_CONFIGS))
     ap.add_argument("--haproxy", default=shutil.which("haproxy") or "/usr/sbin/haproxy")
     args = ap.parse_args()
     kiln = os.path.abspath(args.kiln)
+    configs = args.configs.split(",")
+    for c in configs:
+        if c not in ALL_CONFIGS:
+            sys.exit("--configs: unknown configuration %r (known: %s)" % (c, ", ".join(ALL_CONFIGS)))
     if os.geteuid() != 0:
         sys.exit("run as root (kiln's pool and postgres as nobody)")
-    results = {}
+    results = {"load_start": open("/proc/loadavg").read().split()[:3]}
     # Removed at exit after stop_all(), so nothing runs on deleted files.
     tmpdir = tempfile.TemporaryDirectory(prefix="kiln-fleet-bench-")
     CLEANUP.append(tmpdir)
@@ -213,52 +258,40 @@ def main():
             key = node.proc.stdout.readline().decode().strip()  # the first start's key
             r = measure(lambda: http.client.HTTPConnection("127.0.0.1", node.port), key,
                         args.requests)
+            if name == "sqlite" and i == 0 and "haproxy-sqlite" in configs:
+                results["haproxy-sqlite"] = measure_haproxy(args.haproxy, tmp, [node.port], key,
+                                                            args.requests)
             node.stop()
             if name not in results or r["p50_ms"] < results[name]["p50_ms"]:
                 results[name] = r
 
-        pg = Postgres(tmp)
-        try:
-            store = pg.database()
-            key = make_key(kiln, tmp, store)
-            nodes = [Node(kiln, tmp, "kiln-0", store)]
-            results["postgres"] = measure(
-                lambda: http.client.HTTPConnection("127.0.0.1", nodes[0].port), key, args.requests)
-            pem = os.path.join(tmp, "haproxy.pem")
-            subprocess.run("openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
-                           "-keyout %s/k -out %s/c 2>/dev/null && cat %s/c %s/k > %s"
-                           % (tmp, tmp, tmp, tmp, pem), shell=True, check=True)
-            ctx = ssl.create_default_context()
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE
-            for n in (1, 2, 3):
-                while len(nodes) < n:
-                    nodes.append(Node(kiln, tmp, "kiln-%d" % len(nodes), store))
-                port = free_port()
-                env = dict(os.environ, KILN_HAPROXY_BIND="127.0.0.1:%d" % port,
-                           KILN_HAPROXY_CERT=pem)
-                for i in range(3):
-                    # Absent nodes point at a closed port: down, never chosen.
-                    env["KILN_NODE_%d" % i] = "127.0.0.1:%d" % (nodes[i].port if i < n else 9)
-                hap = subprocess.Popen([args.haproxy, "-db", "-f",
-                                        os.path.join(REPO, "deploy/haproxy/haproxy.cfg")],
-                                       env=env, stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.DEVNULL)
-                STARTED.append(hap)
-                time.sleep(2.5)  # the health checks see every node up
-                results["haproxy-%d" % n] = measure(
-                    lambda: http.client.HTTPSConnection("127.0.0.1", port, context=ctx), key,
-                    args.requests)
-                hap.send_signal(signal.SIGTERM)
-                hap.wait()
-            for nd in nodes:
-                nd.stop()
-        finally:
-            pg.stop()
-    results["load"] = open("/proc/loadavg").read().split()[:3]
+        pg_configs = [c for c in configs if c == "postgres" or re.match(r"haproxy-\d$", c)]
+        if pg_configs:
+            pg = Postgres(tmp)
+            try:
+                store = pg.database()
+                key = make_key(kiln, tmp, store)
+                nodes = [Node(kiln, tmp, "kiln-0", store)]
+                if "postgres" in configs:
+                    results["postgres"] = measure(
+                        lambda: http.client.HTTPConnection("127.0.0.1", nodes[0].port), key,
+                        args.requests)
+                for n in (1, 2, 3):
+                    if "haproxy-%d" % n not in configs:
+                        continue
+                    while len(nodes) < n:
+                        nodes.append(Node(kiln, tmp, "kiln-%d" % len(nodes), store))
+                    results["haproxy-%d" % n] = measure_haproxy(
+                        args.haproxy, tmp, [nd.port for nd in nodes[:n]], key, args.requests)
+                for nd in nodes:
+                    nd.stop()
+            finally:
+                pg.stop()
+    results["load_end"] = open("/proc/loadavg").read().split()[:3]
     base = results["sqlite"]["p50_ms"]
-    for name in ("postgres", "haproxy-1", "haproxy-2", "haproxy-3"):
-        results[name]["p50_added_ms"] = round(results[name]["p50_ms"] - base, 3)
+    for name in ALL_CONFIGS[1:]:
+        if name in results:
+            results[name]["p50_added_ms"] = round(results[name]["p50_ms"] - base, 3)
     if "sqlite-baseline" in results:
         results["sqlite"]["p50_ratio_to_baseline"] = round(
             results["sqlite"]["p50_ms"] / results["sqlite-baseline"]["p50_ms"], 3)

@@ -101,6 +101,7 @@ int DoServe(const ServeFlags& f) {
   // --- State: the audit log and keys (the server alone holds them).
   store::OpenOptions store_options;
   store_options.pool_size = cfg.store.pool;
+  store_options.key_cache_ms = static_cast<int64_t>(cfg.store.key_cache_s * 1000);
   // A fleet (docs/adr/0020): nodes sharing a PostgreSQL store.
   const bool in_fleet = !cfg.store.url.empty();
   const std::string node_id = !in_fleet                 ? ""

@@ -487,8 +487,12 @@ Result<StoreConfig> ParseStore(const std::string& source, const toml::table& t) 
       KILN_ASSIGN_OR_RETURN(uint64_t v, CountValue(source, node, full));
       if (v < 1 || v > 64) return KeyError(source, node, full, "must be 1..64");
       c.pool = static_cast<int>(v);
+    } else if (key == "key_cache") {
+      KILN_ASSIGN_OR_RETURN(double v, SecondsValue(source, node, full));
+      if (v > 60) return KeyError(source, node, full, "must be at most 60 s");
+      c.key_cache_s = v;
     } else {
-      return KeyError(source, node, full, "unknown key (known: url, pool)");
+      return KeyError(source, node, full, "unknown key (known: url, pool, key_cache)");
     }
   }
   return c;

@@ -184,6 +184,10 @@ struct EventsConfig {
 struct StoreConfig {
   std::string url;  // "" or postgresql://... / postgres://...
   int pool = 4;     // PostgreSQL connections per node, 1..64
+  // PostgreSQL only: how long a node answers for a key from memory (0..60 s;
+  // 0: every request reads the key). Bounds how late a revocation made
+  // elsewhere takes effect on this node (store::OpenOptions::key_cache_ms).
+  double key_cache_s = 1;
 };
 
 // [fleet]: this node in a fleet sharing a PostgreSQL store (docs/adr/0020);

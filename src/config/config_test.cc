@@ -416,14 +416,18 @@ TEST(Config, StoreUrlAndPool) {
   ASSERT_TRUE(none.ok()) << none.error().ToString();
   EXPECT_EQ(none->store.url, "");  // SQLite in data_dir, as before
   EXPECT_EQ(none->store.pool, 4);
-  auto pg =
-      ParseConfig(profile + "[store]\nurl = \"postgresql://kiln@db/kiln\"\npool = 8\n", "t.toml");
+  EXPECT_EQ(none->store.key_cache_s, 1);
+  auto pg = ParseConfig(
+      profile + "[store]\nurl = \"postgresql://kiln@db/kiln\"\npool = 8\nkey_cache = 0.5\n",
+      "t.toml");
   ASSERT_TRUE(pg.ok()) << pg.error().ToString();
   EXPECT_EQ(pg->store.url, "postgresql://kiln@db/kiln");
   EXPECT_EQ(pg->store.pool, 8);
+  EXPECT_EQ(pg->store.key_cache_s, 0.5);
   for (const char* bad :
        {"[store]\nurl = \"mysql://db\"\n", "[store]\nurl = 5\n", "[store]\npool = 0\n",
-        "[store]\npool = 65\n", "[store]\nhost = \"x\"\n", "store = 1\n"}) {
+        "[store]\npool = 65\n", "[store]\nhost = \"x\"\n", "store = 1\n",
+        "[store]\nkey_cache = 61\n", "[store]\nkey_cache = -1\n"}) {
     auto r = ParseConfig(profile + bad, "t.toml");
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.error().message.find("store"), std::string::npos) << r.error().message;

@@ -152,6 +152,10 @@ Status Store::RevokeKey(std::string_view id) {
       Rows u,
       Run("revoke api key",
           Sql("UPDATE api_keys SET revoked_ms = COALESCE(revoked_ms, ?) WHERE id = ?", Now(), id)));
+  {
+    std::lock_guard<std::mutex> lock(key_cache_mu_);
+    key_cache_.erase(std::string(id));
+  }
   if (u.changes == 0) {
     return MakeError(Code::kNotFound, "no key with id " + std::string(id));
   }
@@ -165,8 +169,29 @@ Result<std::optional<KeyInfo>> Store::Authenticate(std::string_view presented) {
   Wipe(parsed->secret);
   if (!digest.ok()) return std::move(digest).error();
 
+  const int64_t now = Now();
+  if (options_.key_cache_ms > 0) {
+    std::lock_guard<std::mutex> lock(key_cache_mu_);
+    auto it = key_cache_.find(parsed->id);
+    if (it != key_cache_.end()) {
+      const CachedKey& k = it->second;
+      const bool fresh = now - k.read_ms >= 0 && now - k.read_ms < options_.key_cache_ms;
+      // last_used is bookkeeping of the database's: a stale one goes there.
+      const bool used_recently =
+          k.info.last_used_ms && now - *k.info.last_used_ms < kLastUsedIntervalMs;
+      if (fresh && used_recently) {
+        // The secret of a key never changes: a digest that differs from the
+        // one read is a wrong secret, within the cache's time as after it.
+        if (!ConstantTimeEquals(k.digest, *digest)) return std::optional<KeyInfo>();
+        return std::optional<KeyInfo>(k.info);
+      }
+      key_cache_.erase(it);
+    }
+  }
+
   auto c = pool_->Acquire();
   KeyInfo info;
+  std::string stored_digest;
   {
     KILN_ASSIGN_OR_RETURN(
         Rows q, c->Run("look up api key",
@@ -180,10 +205,10 @@ Result<std::optional<KeyInfo>> Store::Authenticate(std::string_view presented) {
     const bool match = ConstantTimeEquals(stored, *digest) && found;
     if (!match) return std::optional<KeyInfo>();
     info = ReadKey(q.rows[0]);
+    stored_digest = stored;
   }
   if (info.revoked_ms) return std::optional<KeyInfo>();
 
-  const int64_t now = Now();
   if (!info.last_used_ms || now - *info.last_used_ms >= kLastUsedIntervalMs) {
     // Bookkeeping, not a check: if it fails (the CLI holds the write lock past
     // the busy timeout) the key still authenticates.
@@ -194,6 +219,11 @@ Result<std::optional<KeyInfo>> Store::Authenticate(std::string_view presented) {
     } else {
       KILN_LOG_WARN("api key {}: {}", info.id, u.error().ToString());
     }
+  }
+  if (options_.key_cache_ms > 0) {
+    std::lock_guard<std::mutex> lock(key_cache_mu_);
+    if (key_cache_.size() >= kKeyCacheEntries) key_cache_.clear();
+    key_cache_[info.id] = CachedKey{info, std::move(stored_digest), now};
   }
   return std::optional<KeyInfo>(std::move(info));
 }

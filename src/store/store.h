@@ -35,6 +35,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "base/result.h"
@@ -77,7 +78,17 @@ struct OpenOptions {
   // BeginExecution writes names it, so another node can mark them
   // interrupted when this one is lost. "" on a single node.
   std::string node_id;
+  // How long Authenticate may answer for a key from memory (0: never; every
+  // call reads the database). A fleet's nodes set [store] key_cache (1 s):
+  // one store round trip fewer per request, and a key revoked on another node
+  // (or by `kiln keys revoke --store`) is refused by every node at most this
+  // long after the revocation committed. RevokeKey on this Store takes effect
+  // here at once. Only keys that authenticated are kept (at most
+  // kKeyCacheEntries), never an unknown id.
+  int64_t key_cache_ms = 0;
 };
+
+inline constexpr size_t kKeyCacheEntries = 4096;
 
 // One kiln node of a fleet, as the node registry holds it.
 struct NodeRow {
@@ -373,6 +384,16 @@ class Store final {
   const Dialect dialect_;
   const OpenOptions options_;
   std::unique_ptr<ConnPool> pool_;
+
+  // Authenticate's memory (OpenOptions::key_cache_ms): key id -> the stored
+  // row and secret digest, and when they were read.
+  struct CachedKey {
+    KeyInfo info;
+    std::string digest;
+    int64_t read_ms = 0;
+  };
+  std::mutex key_cache_mu_;
+  std::unordered_map<std::string, CachedKey> key_cache_;
 };
 
 }  // namespace kiln::store

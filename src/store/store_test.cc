@@ -410,6 +410,56 @@ TEST_P(StoreKeys, LastUsedIsUpdatedAtMostOnceAMinute) {
   EXPECT_EQ(last_used(), 10'060'000);
 }
 
+// OpenOptions::key_cache_ms (a fleet's [store] key_cache): a key that
+// authenticated is answered from memory for that long, so a revocation made
+// through another Store (another node, `kiln keys revoke --store`) is seen at
+// most key_cache_ms later; this Store's own RevokeKey at once.
+TEST_P(StoreKeys, CachedKeysAreRefusedAtMostTheCacheTimeAfterARevocationElsewhere) {
+  int64_t now = 5'000'000;
+  OpenOptions cached = FakeClock(&now);
+  cached.key_cache_ms = 1000;
+  auto node = Open(cached);
+  ASSERT_NE(node, nullptr);
+  auto other = Open(FakeClock(&now));  // the same database, no cache
+  ASSERT_NE(other, nullptr);
+  auto k = node->CreateKey("acme");
+  auto k2 = node->CreateKey("acme");
+  ASSERT_TRUE(k.ok() && k2.ok());
+  auto ok = [&](Store& s, const std::string& key) {
+    auto r = s.Authenticate(key);
+    EXPECT_TRUE(r.ok()) << r.error().ToString();
+    return r.ok() && r->has_value();
+  };
+  ASSERT_TRUE(ok(*node, k->key));
+  ASSERT_TRUE(ok(*node, k2->key));
+
+  ASSERT_TRUE(other->RevokeKey(k->info.id).ok());
+  EXPECT_FALSE(ok(*other, k->key));  // the uncached store sees it at once
+  now += 999;
+  EXPECT_TRUE(ok(*node, k->key));  // within the cache time: still from memory
+  now += 1;
+  EXPECT_FALSE(ok(*node, k->key));  // the bound: refused from then on
+  now += 5000;
+  EXPECT_FALSE(ok(*node, k->key));
+
+  // A wrong secret for a cached id is refused from memory too.
+  ASSERT_TRUE(ok(*node, k2->key));
+  std::string wrong = k2->key;
+  wrong[18] = wrong[18] == 'a' ? 'b' : 'a';  // the secret's first character
+  EXPECT_FALSE(ok(*node, wrong));
+  EXPECT_TRUE(ok(*node, k2->key));
+  // This store's own revocation is not delayed.
+  ASSERT_TRUE(node->RevokeKey(k2->info.id).ok());
+  EXPECT_FALSE(ok(*node, k2->key));
+
+  // Without a cache (the default, and every SQLite node) each call reads.
+  auto k3 = node->CreateKey("acme");
+  ASSERT_TRUE(k3.ok());
+  ASSERT_TRUE(ok(*other, k3->key));
+  ASSERT_TRUE(node->RevokeKey(k3->info.id).ok());
+  EXPECT_FALSE(ok(*other, k3->key));
+}
+
 TEST_P(StoreKeys, SecretIsNowhereInTheDatabaseFiles) {
   auto s = Open();
   ASSERT_NE(s, nullptr);

@@ -324,8 +324,9 @@ class Target {
   uint32_t arch_;
 };
 
-Status AddAllowedCalls(scmp_filter_ctx ctx, const Target& target) {
+Status AddAllowedCalls(scmp_filter_ctx ctx, const Target& target, const SeccompOptions& options) {
   for (const char* name : kAllowedCalls) {
+    if (options.refuse_memfd && std::string_view(name) == "memfd_create") continue;
     for (std::string_view filtered : kArgumentFiltered) {
       if (name == filtered) {
         return MakeError(Code::kInternal,
@@ -340,8 +341,10 @@ Status AddAllowedCalls(scmp_filter_ctx ctx, const Target& target) {
   return OkStatus();
 }
 
-Status AddDeniedCalls(scmp_filter_ctx ctx, const Target& target) {
-  for (const char* name : kDeniedCalls) {
+Status AddDeniedCalls(scmp_filter_ctx ctx, const Target& target, const SeccompOptions& options) {
+  std::vector<const char*> names(std::begin(kDeniedCalls), std::end(kDeniedCalls));
+  if (options.refuse_memfd) names.push_back("memfd_create");
+  for (const char* name : names) {
     std::optional<int> nr = target.Nr(name);
     if (!nr) continue;  // not a call of this architecture
     KILN_TRY(AddRule(ctx, SCMP_ACT_ERRNO(EPERM), *nr, name));
@@ -726,8 +729,8 @@ Result<BpfProgram> CompileSeccompFilter(const SeccompOptions& options) {
   // The child is single-threaded when it installs the filter.
   KILN_TRY(SetAttr(ctx.get(), SCMP_FLTATR_CTL_TSYNC, 0, "CTL_TSYNC"));
 
-  KILN_TRY(AddAllowedCalls(ctx.get(), target));
-  KILN_TRY(AddDeniedCalls(ctx.get(), target));
+  KILN_TRY(AddAllowedCalls(ctx.get(), target, options));
+  KILN_TRY(AddDeniedCalls(ctx.get(), target, options));
   KILN_TRY(AddCloneRules(ctx.get(), target));
   KILN_TRY(AddIoctlRules(ctx.get(), target));
   KILN_TRY(AddFadviseRules(ctx.get(), target));

@@ -27,6 +27,10 @@ struct SeccompOptions {
   // Network is always off in this version; when a profile allows egress
   // (through a host-side proxy), AF_INET/AF_INET6 sockets become allowed.
   bool allow_inet_sockets = false;
+  // memfd_create answered EPERM instead of allowed: the gVisor backend's
+  // filter (docs/adr/0021), where no vm.memfd_noexec keeps code written to a
+  // memfd from running (natively the sysctl does, and memfds stay allowed).
+  bool refuse_memfd = false;
   // The architecture to build for (SCMP_ARCH_*, which are AUDIT_ARCH_*
   // values); 0 is the native one, the only one a sandbox ever installs. Tests
   // build the others' programs for their golden files.

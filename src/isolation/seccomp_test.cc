@@ -306,6 +306,25 @@ TEST(SeccompFilter, AllowsEverydayCalls) {
   }
 }
 
+// The gVisor backend's filter (docs/adr/0021): memfd_create refused with
+// EPERM (no vm.memfd_noexec there), everything else as in the default one.
+TEST(SeccompFilter, RefuseMemfdAnswersMemfdCreateWithEperm) {
+  EXPECT_EQ(Eval(SYS_memfd_create, {0, 0, 0, 0, 0, 0}), kAllow);
+  SeccompOptions options;
+  options.refuse_memfd = true;
+  Result<BpfProgram> r = CompileSeccompFilter(options);
+  ASSERT_TRUE(r.ok()) << r.error().ToString();
+  for (uint64_t flags : {0ULL, 1ULL, 8ULL, 0x10ULL}) {
+    SCOPED_TRACE(flags);
+    EXPECT_EQ(EvaluateSeccomp(*r, Call(SYS_memfd_create, {0, flags, 0, 0, 0, 0})), Errno(EPERM));
+  }
+  for (int nr : {SYS_read, SYS_openat, SYS_mmap, SYS_execve, SYS_pidfd_open}) {
+    SCOPED_TRACE(nr);
+    EXPECT_EQ(EvaluateSeccomp(*r, Call(nr, {3, 0, 0, 0, 0, 0})), kAllow);
+  }
+  EXPECT_EQ(EvaluateSeccomp(*r, Call(SYS_mount)), Errno(EPERM));
+}
+
 // The allow-list's default (ADR 0003): ENOSYS, so that libc falls back.
 TEST(SeccompFilter, CallsOffTheAllowListGetEnosys) {
   // Numbers past any table, and calls the old deny list let through.

@@ -897,6 +897,7 @@ struct HttpServer::Impl {
       list.push_back({{"name", name},
                       {"preload", p.preload},
                       {"pool", p.pool && deps.config->pool.enabled},
+                      {"backend", std::string(policy::ToString(p.backend))},
                       {"defaults", limits(p.defaults)},
                       {"max", limits(p.max)}});
     }

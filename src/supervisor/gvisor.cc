@@ -303,9 +303,18 @@ const GvisorHost& ProbeGvisorHost(const HostContext& host) {
   static const GvisorHost probed = [&host] {
     GvisorHost g;
     if (!host.seccomp.empty()) {
+      // The native jail's filter, but memfd_create refused: gVisor has no
+      // vm.memfd_noexec, so code written to a memfd would run (docs/adr/0021).
+      isolation::SeccompOptions options;
+      options.refuse_memfd = true;
+      Result<isolation::BpfProgram> program = isolation::CompileSeccompFilter(options);
+      if (!program.ok()) {
+        g.missing = "the gVisor backend's seccomp filter: " + program.error().ToString();
+        return g;
+      }
       // struct sock_filter as the kernel reads it, byte for byte (native order).
-      std::string bytes(host.seccomp.size() * sizeof(sock_filter), '\0');
-      std::memcpy(bytes.data(), host.seccomp.data(), bytes.size());
+      std::string bytes(program->size() * sizeof(sock_filter), '\0');
+      std::memcpy(bytes.data(), program->data(), bytes.size());
       g.seccomp_env = "KILN_SECCOMP_BPF=" + HexEncode(bytes);
     }
     if (const char* named = std::getenv("KILN_RUNSC"); named != nullptr && *named != '\0') {

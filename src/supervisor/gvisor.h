@@ -57,9 +57,10 @@ struct GvisorHost {
   std::string runsc;  // absolute path; empty when not found
   std::string version;
   std::optional<std::string> missing;
-  // "KILN_SECCOMP_BPF=<hex>": kiln's seccomp filter (HostContext::seccomp)
-  // for the launcher to install (launch.py --seccomp-from-env); empty when
-  // the host has none compiled (then nothing is launched).
+  // "KILN_SECCOMP_BPF=<hex>": kiln's seccomp filter (the native jail's, but
+  // memfd_create refused: SeccompOptions::refuse_memfd) for the launcher to
+  // install (launch.py --seccomp-from-env); empty when the host has none
+  // compiled (then nothing is launched).
   std::string seccomp_env;
 };
 // Probed once per process and kept: the spawner probes at start when a

@@ -228,6 +228,11 @@ memory = "128m"
 [profiles.tiny.max]
 timeout = 2
 memory = "256m"
+
+# Listed with its backend (GET /v1/profiles); never run by these tests.
+[profiles.sealed]
+interpreter = "/usr/bin/python3"
+backend = "gvisor"
 )TOML";
 
 // --- The shared server --------------------------------------------------------
@@ -791,13 +796,18 @@ TEST_F(Server, ProfilesListTheConfiguredOnes) {
   EXPECT_EQ(j.value("default", ""), "default");
   std::map<std::string, json> by_name;
   for (const auto& p : j["profiles"]) by_name[p.value("name", "")] = p;
-  ASSERT_EQ(by_name.size(), 2u) << j.dump();
-  ASSERT_TRUE(by_name.count("default") && by_name.count("tiny")) << j.dump();
+  ASSERT_EQ(by_name.size(), 3u) << j.dump();
+  ASSERT_TRUE(by_name.count("default") && by_name.count("tiny") && by_name.count("sealed"))
+      << j.dump();
   EXPECT_EQ(by_name["default"]["defaults"].value("memory_bytes", uint64_t{0}), 256ULL << 20);
   EXPECT_EQ(by_name["default"]["max"].value("timeout_s", 0.0), 300.0);
   EXPECT_EQ(by_name["tiny"]["defaults"].value("timeout_s", 0.0), 1.0);
   EXPECT_TRUE(by_name["tiny"]["preload"].is_array());
   EXPECT_TRUE(by_name["tiny"]["pool"].is_boolean());
+  // Each profile's backend (docs/adr/0021): native by default.
+  EXPECT_EQ(by_name["default"].value("backend", ""), "native");
+  EXPECT_EQ(by_name["tiny"].value("backend", ""), "native");
+  EXPECT_EQ(by_name["sealed"].value("backend", ""), "gvisor");
 }
 
 // The web pages (docs/adr/0016): open, GET only, a strict CSP on every one;

@@ -5,8 +5,6 @@
 // comparison of what arrives.
 #pragma once
 
-#include <unistd.h>
-
 #include <optional>
 #include <string>
 
@@ -14,6 +12,7 @@
 #include "ipc/frame.h"
 #include "spawner/job_channel.h"
 #include "spawner/spawner.h"
+#include "supervisor/input_files.h"
 
 namespace kiln::fuzz {
 
@@ -27,18 +26,6 @@ inline nlohmann::json OverTheWire(const nlohmann::json& message) {
   auto frame = ipc::ParseFrame(**next);
   FUZZ_CHECK(frame.ok());
   return *frame;
-}
-
-inline std::string WholeFile(int fd) {
-  std::string out;
-  char buf[4096];
-  off_t at = 0;
-  ssize_t n;
-  while ((n = ::pread(fd, buf, sizeof buf, at)) > 0) {
-    out.append(buf, static_cast<size_t>(n));
-    at += n;
-  }
-  return out;
 }
 
 // A plan through the wire and back encodes to the same frame (policy
@@ -78,7 +65,8 @@ inline void CheckRoundTrip(spawner::ExecRequest r) {
   FUZZ_CHECK(files.size() == asked.files.size());
   for (size_t i = 0; i < files.size(); ++i) {
     FUZZ_CHECK(files[i].name == asked.files[i].first);
-    FUZZ_CHECK(WholeFile(files[i].fd->get()) == asked.files[i].second);
+    auto bytes = supervisor::ReadInput({files[i].fd->get(), files[i].name, files[i].size});
+    FUZZ_CHECK(bytes.ok() && *bytes == asked.files[i].second);
   }
   CheckRoundTrip(*plan);
 }

@@ -252,7 +252,7 @@ PoolKeys PoolKeysOf(const config::Config& config) {
 
 namespace {
 
-// The pool key a plan's limits and environment fit, or none.
+// Whether a plan's limits and environment fit its profile's pool key.
 bool Pooled(const PoolKeys& pool, const std::string& profile, const policy::Limits& limits,
             const std::vector<std::pair<std::string, std::string>>& env) {
   if (!env.empty()) return false;  // the zygote's environment is fixed

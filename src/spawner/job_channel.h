@@ -27,7 +27,8 @@
 
 namespace kiln::spawner {
 
-// A plan's frame: code and policy (input files travel as fds beside it).
+// A frame to a supervisor: a plan (code and policy; its input files travel
+// as fds beside it), or a session's file_put, whose content is still base64.
 inline constexpr size_t kMaxRequestBytes = 320u << 20;
 inline constexpr size_t kMaxResponseBytes = 512u << 20;  // outputs + returned files, base64
 

@@ -5,20 +5,14 @@
 #include <unistd.h>
 
 #include "spawner/job_channel.h"
+#include "supervisor/input_files.h"
 
 namespace kiln::spawner {
 namespace {
 
-std::string ReadWhole(int fd) {
-  std::string out;
-  char buf[4096];
-  off_t at = 0;
-  ssize_t n;
-  while ((n = ::pread(fd, buf, sizeof buf, at)) > 0) {
-    out.append(buf, static_cast<size_t>(n));
-    at += n;
-  }
-  return out;
+std::string ReadWhole(const policy::InputFile& f) {
+  auto bytes = supervisor::ReadInput({f.fd->get(), f.name, f.size});
+  return bytes.ok() ? *bytes : "<" + bytes.error().message + ">";
 }
 
 // A plan through a real job socket, as the server sends it and a supervisor
@@ -82,7 +76,7 @@ TEST(JobPlan, AnExecutionIsDecidedOnceAndTravelsAsIs) {
   for (int i = 0; i < 20; ++i) {
     const auto& f = back->policy->input_files()[static_cast<size_t>(i)];
     EXPECT_EQ(f.name, "data/f" + std::to_string(i) + ".bin");
-    EXPECT_EQ(ReadWhole(f.fd->get()), std::string("\0\x01\xff", 3) + std::to_string(i));
+    EXPECT_EQ(ReadWhole(f), std::string("\0\x01\xff", 3) + std::to_string(i));
   }
 }
 

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/result.h"
 #include "base/setup_step.h"
 #include "supervisor/cell_outputs.h"
 
@@ -105,5 +106,15 @@ int PlainExitCode(const ExecutionResult& r);
 // The --json object (docs/api.md). Invalid UTF-8 in stdout/stderr is replaced
 // with U+FFFD, never an exception.
 nlohmann::json ToJson(const ExecutionResult& r, bool with_files);
+
+// ToJson read back: how a result crosses the job channel typed (docs/protocol.md
+// section 5). FromJson(ToJson(r, with_files)) == r, field for field. A member of
+// the wrong type, an unknown status or step, or a missing required member
+// (status, exit_code, signal, stdout, stderr, reason) is kInvalidArgument
+// naming it, never a default.
+Result<ExecutionResult> FromJson(const nlohmann::json& j);
+
+// The outcome whose ToString is `name`; nullopt for an unknown name.
+std::optional<Outcome> OutcomeFromString(std::string_view name);
 
 }  // namespace kiln::supervisor

@@ -59,6 +59,11 @@ nlohmann::json HitSet::ClientJson() const {
   return {{"blocked", blocked_}, {"hits", list}};
 }
 
+nlohmann::json HitSet::ClientReport() const {
+  nlohmann::json client = ClientJson();
+  return client["hits"].empty() ? nlohmann::json() : client;
+}
+
 OutputFilter::~OutputFilter() = default;
 
 Result<std::unique_ptr<const OutputFilter>> OutputFilter::Compile(
@@ -208,27 +213,38 @@ void OutputFilter::FilterJson(nlohmann::json* value, const std::string& where, H
   }
 }
 
-void OutputFilter::FilterResult(nlohmann::json* result,
-                                std::vector<std::pair<std::string, std::string>>* files,
-                                HitSet* hits) const {
-  FilterJson(result, "", hits);
-  if (files != nullptr) {
-    for (auto& [path, bytes] : *files) {
-      if (!Matches(bytes)) continue;
-      bytes = Filter(bytes, "files/" + path, hits);
-    }
+void OutputFilter::FilterResult(supervisor::ExecutionResult* r, HitSet* hits) const {
+  auto text = [&](std::string* s, const std::string& where) {
+    if (Matches(*s)) *s = Filter(*s, where, hits);
+  };
+  auto texts = [&](std::vector<std::string>* v, const std::string& where) {
+    for (size_t i = 0; i < v->size(); ++i) text(&(*v)[i], where + "[" + std::to_string(i) + "]");
+  };
+  text(&r->stdout_data, "stdout");
+  text(&r->stderr_data, "stderr");
+  text(&r->reason, "reason");
+  FilterJson(&r->outputs, "outputs", hits);
+  if (r->error) {
+    text(&r->error->name, "error.name");
+    text(&r->error->value, "error.value");
+    texts(&r->error->traceback, "error.traceback");
   }
+  if (r->policy_violation) {
+    text(&r->policy_violation->module, "policy_violation.module");
+    text(&r->policy_violation->message, "policy_violation.message");
+  }
+  if (r->setup_error) text(&r->setup_error->message, "setup_error.message");
+  texts(&r->collect_skipped, "files_skipped");
+  text(&r->collect_error, "collect_error");
+  for (auto& f : r->returned_files) text(&f.content, "files/" + f.path);
   if (hits->blocked()) {
-    // Withheld: what the code did stays true (status, exit code, times).
-    (*result)["stdout"] = "";
-    (*result)["stderr"] = "";
-    (*result)["outputs"] = nlohmann::json::array();
-    (*result)["error"] = nullptr;
-    if (result->contains("files")) (*result)["files"] = nlohmann::json::array();
-    if (files != nullptr) files->clear();
+    r->stdout_data.clear();
+    r->stderr_data.clear();
+    r->outputs = nlohmann::json::array();
+    r->error.reset();
+    r->files.clear();
+    r->returned_files.clear();
   }
-  nlohmann::json client = hits->ClientJson();
-  if (!client["hits"].empty()) (*result)["output_audit"] = std::move(client);
 }
 
 std::string StreamFilter::Push(std::string_view chunk) {

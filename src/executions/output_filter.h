@@ -34,6 +34,7 @@
 
 #include "base/result.h"
 #include "config/config.h"
+#include "supervisor/execution_result.h"
 
 namespace re2 {
 class RE2;
@@ -59,6 +60,8 @@ class HitSet final {
   // client is told (redact and block hits: its text changed; flag hits are
   // the operator's, in the audit store only).
   nlohmann::json ClientJson() const;
+  // ClientJson when it names a hit; null otherwise (nothing to tell).
+  nlohmann::json ClientReport() const;
 
  private:
   std::map<std::pair<std::string, std::string>, OutputHit> hits_;
@@ -81,13 +84,14 @@ class OutputFilter final {
   // Every string of a JSON value, in place (base64 image data excepted: a
   // replaced run would only corrupt it); `where` is the value's path.
   void FilterJson(nlohmann::json* value, const std::string& where, HitSet* hits) const;
-  // A result (supervisor::ToJson's shape) and its returned files (path ->
-  // bytes, in place; where "files/PATH"). When a block hit is found, the
-  // output is withheld: stdout, stderr, outputs, error and the files are
-  // emptied. Adds "output_audit" (HitSet::ClientJson) when a client-visible
-  // hit was found.
-  void FilterResult(nlohmann::json* result, std::vector<std::pair<std::string, std::string>>* files,
-                    HitSet* hits) const;
+  // A result, typed: every text the sandbox could write (stdout, stderr,
+  // reason, outputs, error, policy_violation, setup_error's message, the
+  // skipped files and collect error) and its returned files ("files/PATH").
+  // `where` is the member's name in the API's JSON (docs/api.md). When a
+  // block hit is found, the output is withheld: stdout, stderr, outputs,
+  // error and the files are emptied; what the code did (status, exit code,
+  // times) stays true.
+  void FilterResult(supervisor::ExecutionResult* result, HitSet* hits) const;
 
   size_t detectors() const { return detectors_.size(); }
 

@@ -72,80 +72,90 @@ TEST(OutputFilterTest, FlagLeavesTheTextAndIsNotToldToTheClient) {
   auto spec = config::DefaultOutputAudit();
   for (auto& d : spec.detectors) d.action = AuditAction::kFlag;
   auto f = Compiled(spec);
-  json result = {{"status", "ok"}, {"stdout", kKey}, {"stderr", ""}};
+  supervisor::ExecutionResult result;
+  result.outcome = supervisor::Outcome::kOk;
+  result.stdout_data = kKey;
   HitSet hits;
-  f->FilterResult(&result, nullptr, &hits);
-  EXPECT_EQ(result["stdout"], kKey);
-  EXPECT_FALSE(result.contains("output_audit"));
+  f->FilterResult(&result, &hits);
+  EXPECT_EQ(result.stdout_data, kKey);
+  EXPECT_TRUE(hits.ClientReport().is_null());
   ASSERT_EQ(hits.hits().size(), 1u);
   EXPECT_EQ(hits.hits()[0].action, AuditAction::kFlag);
 }
 
 TEST(OutputFilterTest, EveryStringOfAResultIsFilteredButImageData) {
   auto f = Default();
-  json result = {{"status", "error"},
-                 {"stdout", "a " + kKey},
-                 {"stderr", ""},
-                 {"outputs",
-                  {{{"output_type", "stream"}, {"name", "stdout"}, {"text", "a " + kKey}},
-                   {{"output_type", "display_data"},
-                    {"data", {{"text/plain", kKey}, {"image/png", "iVBOR" + kKey}}},
-                    {"metadata", json::object()}}}},
-                 {"error", {{"name", "ValueError"}, {"value", kKey}, {"traceback", {"x", kKey}}}}};
+  supervisor::ExecutionResult result;
+  result.outcome = supervisor::Outcome::kError;
+  result.stdout_data = "a " + kKey;
+  result.outputs = {{{"output_type", "stream"}, {"name", "stdout"}, {"text", "a " + kKey}},
+                    {{"output_type", "display_data"},
+                     {"data", {{"text/plain", kKey}, {"image/png", "iVBOR" + kKey}}},
+                     {"metadata", json::object()}}};
+  result.error = supervisor::CellError{"ValueError", kKey, {"x", kKey}};
+  result.reason = "exited with " + kKey;
+  result.collect_skipped = {"ok", kKey + ": a symlink"};
   HitSet hits;
-  f->FilterResult(&result, nullptr, &hits);
-  const std::string dumped = result.dump();
-  EXPECT_EQ(result["stdout"], "a [REDACTED:kiln_api_key]");
-  EXPECT_EQ(result["outputs"][0]["text"], "a [REDACTED:kiln_api_key]");
-  EXPECT_EQ(result["outputs"][1]["data"]["text/plain"], "[REDACTED:kiln_api_key]");
-  EXPECT_EQ(result["outputs"][1]["data"]["image/png"], "iVBOR" + kKey);  // base64: untouched
-  EXPECT_EQ(result["error"]["value"], "[REDACTED:kiln_api_key]");
-  EXPECT_EQ(result["error"]["traceback"][1], "[REDACTED:kiln_api_key]");
+  f->FilterResult(&result, &hits);
+  EXPECT_EQ(result.stdout_data, "a [REDACTED:kiln_api_key]");
+  EXPECT_EQ(result.outputs[0]["text"], "a [REDACTED:kiln_api_key]");
+  EXPECT_EQ(result.outputs[1]["data"]["text/plain"], "[REDACTED:kiln_api_key]");
+  EXPECT_EQ(result.outputs[1]["data"]["image/png"], "iVBOR" + kKey);  // base64: untouched
+  EXPECT_EQ(result.error->value, "[REDACTED:kiln_api_key]");
+  EXPECT_EQ(result.error->traceback[1], "[REDACTED:kiln_api_key]");
+  EXPECT_EQ(result.reason, "exited with [REDACTED:kiln_api_key]");
+  EXPECT_EQ(result.collect_skipped[1], "[REDACTED:kiln_api_key]: a symlink");
   std::vector<std::string> where;
   for (const auto& h : hits.hits()) where.push_back(h.where);
-  EXPECT_EQ(where, (std::vector<std::string>{"error.traceback[1]", "error.value", "outputs[0].text",
-                                             "outputs[1].data.text/plain", "stdout"}));
-  ASSERT_TRUE(result.contains("output_audit"));
-  EXPECT_EQ(result["output_audit"]["blocked"], false);
-  EXPECT_EQ(result["output_audit"]["hits"].size(), 5u);
-  // The report names detectors and places, never the text.
-  EXPECT_EQ(result["output_audit"].dump().find("QQQQ"), std::string::npos);
+  EXPECT_EQ(where, (std::vector<std::string>{"error.traceback[1]", "error.value",
+                                             "files_skipped[1]", "outputs[0].text",
+                                             "outputs[1].data.text/plain", "reason", "stdout"}));
+  // What the client is told, in the API's JSON: no text, detectors and places.
+  const json report = hits.ClientReport();
+  ASSERT_TRUE(report.is_object());
+  EXPECT_EQ(report["blocked"], false);
+  EXPECT_EQ(report["hits"].size(), 7u);
+  EXPECT_EQ(report.dump().find("QQQQ"), std::string::npos);
+  // Nothing the filter missed: no key is left in the API's JSON but the image.
+  result.outputs[1]["data"].erase("image/png");
+  EXPECT_EQ(supervisor::ToJson(result, true).dump().find(kKey), std::string::npos);
 }
 
 TEST(OutputFilterTest, BlockWithholdsTheOutputAndTheFilesButKeepsTheStatus) {
   auto spec = config::DefaultOutputAudit();
   spec.detectors[1].action = AuditAction::kBlock;  // pem_private_key
   auto f = Compiled(spec);
-  json result = {{"status", "ok"},
-                 {"exit_code", 0},
-                 {"stdout", "fine"},
-                 {"stderr", "also fine"},
-                 {"outputs", {{{"output_type", "stream"}, {"name", "stdout"}, {"text", "fine"}}}},
-                 {"error", nullptr}};
-  std::vector<std::pair<std::string, std::string>> files = {{"a.txt", "plain"},
-                                                            {"id_rsa", kPem + "\n"}};
+  supervisor::ExecutionResult result;
+  result.outcome = supervisor::Outcome::kOk;
+  result.exit_code = 0;
+  result.stdout_data = "fine";
+  result.stderr_data = "also fine";
+  result.outputs = {{{"output_type", "stream"}, {"name", "stdout"}, {"text", "fine"}}};
+  result.returned_files = {{"a.txt", "plain"}, {"id_rsa", kPem + "\n"}};
   HitSet hits;
-  f->FilterResult(&result, &files, &hits);
+  f->FilterResult(&result, &hits);
   EXPECT_TRUE(hits.blocked());
-  EXPECT_EQ(result["status"], "ok");
-  EXPECT_EQ(result["exit_code"], 0);
-  EXPECT_EQ(result["stdout"], "");
-  EXPECT_EQ(result["stderr"], "");
-  EXPECT_TRUE(result["outputs"].empty());
-  EXPECT_TRUE(files.empty());
-  EXPECT_EQ(result["output_audit"]["blocked"], true);
-  EXPECT_EQ(result["output_audit"]["hits"][0]["where"], "files/id_rsa");
-  EXPECT_EQ(result["output_audit"]["hits"][0]["action"], "block");
+  EXPECT_EQ(result.outcome, supervisor::Outcome::kOk);
+  EXPECT_EQ(result.exit_code, 0);
+  EXPECT_EQ(result.stdout_data, "");
+  EXPECT_EQ(result.stderr_data, "");
+  EXPECT_TRUE(result.outputs.empty());
+  EXPECT_TRUE(result.returned_files.empty());
+  const json report = hits.ClientReport();
+  EXPECT_EQ(report["blocked"], true);
+  EXPECT_EQ(report["hits"][0]["where"], "files/id_rsa");
+  EXPECT_EQ(report["hits"][0]["action"], "block");
 }
 
 TEST(OutputFilterTest, ReturnedFilesAreRedactedInPlace) {
   auto f = Default();
-  std::vector<std::pair<std::string, std::string>> files = {{"out/creds.txt", "k=" + kKey}};
-  json result = {{"status", "ok"}, {"stdout", ""}};
+  supervisor::ExecutionResult result;
+  result.outcome = supervisor::Outcome::kOk;
+  result.returned_files = {{"out/creds.txt", "k=" + kKey}};
   HitSet hits;
-  f->FilterResult(&result, &files, &hits);
-  EXPECT_EQ(files[0].second, "k=[REDACTED:kiln_api_key]");
-  EXPECT_EQ(result["output_audit"]["hits"][0]["where"], "files/out/creds.txt");
+  f->FilterResult(&result, &hits);
+  EXPECT_EQ(result.returned_files[0].content, "k=[REDACTED:kiln_api_key]");
+  EXPECT_EQ(hits.ClientReport()["hits"][0]["where"], "files/out/creds.txt");
 }
 
 TEST(OutputFilterTest, PatternsWithTheirOwnGroupsStillNameTheRightDetector) {

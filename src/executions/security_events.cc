@@ -102,9 +102,10 @@ store::EventRow SecurityEvents::Record(const SecurityEvent& e) {
 void SecurityEvents::FromResult(const std::string& tenant, const std::string& key_id,
                                 const std::string& peer, const std::string& execution_id,
                                 const std::optional<std::string>& session_id,
-                                const nlohmann::json& result) {
-  const std::string status = result.value("status", "");
-  const std::string reason = result.value("reason", "");
+                                const supervisor::ExecutionResult& result) {
+  using supervisor::Outcome;
+  const Outcome status = result.outcome;
+  const std::string& reason = result.reason;
   auto event = [&](EventKind kind, std::string detail) {
     SecurityEvent e;
     e.kind = kind;
@@ -116,26 +117,24 @@ void SecurityEvents::FromResult(const std::string& tenant, const std::string& ke
     e.detail = std::move(detail);
     Record(e);
   };
-  const auto signal = result.find("signal");
-  if (signal != result.end() && signal->is_number_integer() && signal->get<int>() == SIGSYS) {
+  if (result.signal == SIGSYS)
     event(EventKind::kSeccompKill, "killed by seccomp (SIGSYS): " + reason);
+  if (result.policy_violation) {
+    event(EventKind::kImportViolation, "import policy: " + result.policy_violation->message);
   }
-  if (const auto v = result.find("policy_violation"); v != result.end() && v->is_object()) {
-    event(EventKind::kImportViolation, "import policy: " + v->value("message", std::string()));
-  }
-  if (const uint64_t hits = result.value("pids_limit_hits", uint64_t{0}); hits > 0) {
+  if (const uint64_t hits = result.pids_limit_hits; hits > 0) {
     event(EventKind::kPidsLimit,
           std::to_string(hits) + " forks refused at the pids limit (a fork or thread bomb?)");
   }
-  if (status == "output_limit") event(EventKind::kOutputFlood, reason);
-  if (status == "protocol_error") event(EventKind::kProtocolError, reason);
-  if (status == "timeout" && result.value("session_state", "") == "lost") {
+  if (status == Outcome::kOutputLimit) event(EventKind::kOutputFlood, reason);
+  if (status == Outcome::kProtocolError) event(EventKind::kProtocolError, reason);
+  if (status == Outcome::kTimeout && result.session_state == "lost") {
     event(EventKind::kSigkillNeeded, reason);
   }
   int in_a_row = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (status == "memory_limit") {
+    if (status == Outcome::kMemoryLimit) {
       in_a_row = ++memory_kills_[tenant];
       if (in_a_row >= thresholds_.memory_kills_in_a_row) memory_kills_.erase(tenant);
     } else {

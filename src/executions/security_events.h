@@ -31,6 +31,7 @@
 
 #include "metrics/metrics.h"
 #include "store/store.h"
+#include "supervisor/execution_result.h"
 
 namespace kiln::executions {
 
@@ -98,10 +99,10 @@ class SecurityEvents final {
   // stored row (id 0 when there is no store or it failed).
   store::EventRow Record(const SecurityEvent& event);
 
-  // The events one execution's result shows (supervisor::ToJson's shape).
+  // The events one execution's result shows.
   void FromResult(const std::string& tenant, const std::string& key_id, const std::string& peer,
                   const std::string& execution_id, const std::optional<std::string>& session_id,
-                  const nlohmann::json& result);
+                  const supervisor::ExecutionResult& result);
   // One 401 from `peer`: an auth_failures event at the threshold.
   void AuthFailure(const std::string& peer);
 

@@ -52,8 +52,18 @@ class SecurityEventsTest : public ::testing::Test {
     return out;
   }
 
-  void From(const nlohmann::json& result, const std::string& tenant = "acme") {
-    events_->FromResult(tenant, "key1", "10.0.0.9", "exec1", std::nullopt, result);
+  // A result given by the members that matter (the API's JSON names), the
+  // rest as an empty run's.
+  void From(nlohmann::json result, const std::string& tenant = "acme") {
+    for (const char* key : {"exit_code", "signal"}) {
+      if (!result.contains(key)) result[key] = nullptr;
+    }
+    for (const char* key : {"stdout", "stderr", "reason"}) {
+      if (!result.contains(key)) result[key] = "";
+    }
+    auto typed = supervisor::FromJson(result);
+    ASSERT_TRUE(typed.ok()) << typed.error().ToString();
+    events_->FromResult(tenant, "key1", "10.0.0.9", "exec1", std::nullopt, *typed);
   }
 
   TempDir tmp_;

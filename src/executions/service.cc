@@ -28,24 +28,34 @@ void AuditRejected(store::Store* store, const store::AuditStart& start, const st
 }
 
 store::AuditFinish AuditFinishFromResult(const std::string& id, int64_t ended_ms,
-                                         const nlohmann::json& j) {
+                                         const supervisor::ExecutionResult& r) {
   store::AuditFinish f;
   f.id = id;
   f.ended_ms = ended_ms;
-  f.status = j.value("status", "internal_error");
-  if (j.contains("exit_code") && j["exit_code"].is_number_integer())
-    f.exit_code = j["exit_code"].get<int>();
-  if (j.contains("signal") && j["signal"].is_number_integer()) f.signal = j["signal"].get<int>();
-  f.duration_ms = j.value("duration_ms", 0.0);
-  f.cpu_ms = j.value("cpu_ms", 0.0);
-  f.peak_memory_bytes = j.value("peak_memory_bytes", uint64_t{0});
-  f.stdout_bytes = j.value("stdout", std::string()).size();
-  f.stderr_bytes = j.value("stderr", std::string()).size();
-  f.stdout_truncated = j.value("stdout_truncated", false);
-  f.stderr_truncated = j.value("stderr_truncated", false);
-  if (j.contains("policy_violation")) f.policy_violation = j["policy_violation"].dump();
-  f.reason = j.value("reason", "");
+  f.status = std::string(supervisor::ToString(r.outcome));
+  if (r.exit_code >= 0) f.exit_code = r.exit_code;
+  if (r.signal > 0) f.signal = r.signal;
+  f.duration_ms = r.duration_ms;
+  f.cpu_ms = r.cpu_ms;
+  f.peak_memory_bytes = r.peak_memory_bytes;
+  f.stdout_bytes = r.stdout_data.size();
+  f.stderr_bytes = r.stderr_data.size();
+  f.stdout_truncated = r.stdout_truncated;
+  f.stderr_truncated = r.stderr_truncated;
+  if (r.policy_violation) {
+    f.policy_violation = nlohmann::json{{"module", r.policy_violation->module},
+                                        {"line", r.policy_violation->line},
+                                        {"message", r.policy_violation->message}}
+                             .dump();
+  }
+  f.reason = r.reason;
   return f;
+}
+
+nlohmann::json ResultJson(const spawner::ExecResponse& response) {
+  nlohmann::json j = supervisor::ToJson(response.result, false);
+  if (!response.output_audit.is_null()) j["output_audit"] = response.output_audit;
+  return j;
 }
 
 Result<spawner::ExecResponse> SpawnerRunner::Run(const std::string& id,
@@ -311,7 +321,8 @@ Outcome Service::Run(const Job& job, Runner& runner, spawner::CancelToken* cance
   } else {
     if (*filter != nullptr) {
       HitSet hits;
-      (*filter)->FilterResult(&response->result, &response->files, &hits);
+      (*filter)->FilterResult(&response->result, &hits);
+      response->output_audit = hits.ClientReport();
       RecordHits(job.caller, job.profile, out.id, job.session_id, hits, job.caller.key_id,
                  job.caller.peer);
     }

@@ -203,8 +203,13 @@ std::string NewId();
 // A request admission turned away is one audit row too, status "rejected".
 void AuditRejected(store::Store* store, const store::AuditStart& start, const std::string& reason);
 
-// The audit row's ending from a result (supervisor::ToJson's shape).
+// The audit row's ending from a result.
 store::AuditFinish AuditFinishFromResult(const std::string& id, int64_t ended_ms,
-                                         const nlohmann::json& result);
+                                         const supervisor::ExecutionResult& result);
+
+// A result as the API's JSON (docs/api.md): supervisor::ToJson and the
+// output audit's report. The one renderer, called only at the edges (the
+// HTTP handlers, MCP); the returned files are the edge's to render.
+nlohmann::json ResultJson(const spawner::ExecResponse& response);
 
 }  // namespace kiln::executions

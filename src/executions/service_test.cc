@@ -56,11 +56,24 @@ class FakeRunner final : public Runner {
   Fn fn_;
 };
 
+// A supervisor's answer given by the members that matter (the API's JSON
+// names), the rest as an empty run's, read as the job channel reads it.
 spawner::ExecResponse Answer(nlohmann::json result) {
+  for (const char* key : {"exit_code", "signal"}) {
+    if (!result.contains(key)) result[key] = nullptr;
+  }
+  for (const char* key : {"stdout", "stderr", "reason"}) {
+    if (!result.contains(key)) result[key] = "";
+  }
+  auto typed = supervisor::FromJson(result);
+  EXPECT_TRUE(typed.ok()) << typed.error().ToString();
   spawner::ExecResponse r;
-  r.result = std::move(result);
+  if (typed.ok()) r.result = std::move(*typed);
   return r;
 }
+
+// What a client is shown of an outcome's result.
+nlohmann::json Shown(const Outcome& out) { return ResultJson(*out.response); }
 
 FakeRunner::Fn Returns(nlohmann::json result) {
   return [result](const spawner::CancelToken&) -> kiln::Result<spawner::ExecResponse> {
@@ -252,7 +265,7 @@ TEST_F(ServiceTest, DrainCancelsWhatStillRunsAfterTheGrace) {
   Outcome o2 = two.get();
   EXPECT_EQ(b.seen_cancel, &session_token);
   ASSERT_TRUE(o1.response && o2.response);
-  EXPECT_EQ(o1.response->result["status"], "cancelled");
+  EXPECT_EQ(Shown(o1)["status"], "cancelled");
   EXPECT_EQ(Row(o1.id).status, "cancelled");
   EXPECT_EQ(Row(o2.id).status, "cancelled");
   EXPECT_TRUE(service_->WaitIdle(std::chrono::milliseconds(0)));
@@ -375,8 +388,8 @@ TEST_F(OutputAuditTest, AResultIsRedactedAndItsHitsRecordedWithoutTheSecret) {
   FakeRunner runner(Returns({{"status", "ok"}, {"stdout", "key " + kKey + "\n"}, {"stderr", ""}}));
   Outcome out = service_->Run(JobFor("default"), runner);
   ASSERT_TRUE(out.response.has_value());
-  EXPECT_EQ(out.response->result["stdout"], "key [REDACTED:kiln_api_key]\n");
-  EXPECT_EQ(out.response->result["output_audit"]["hits"][0]["detector"], "kiln_api_key");
+  EXPECT_EQ(Shown(out)["stdout"], "key [REDACTED:kiln_api_key]\n");
+  EXPECT_EQ(Shown(out)["output_audit"]["hits"][0]["detector"], "kiln_api_key");
   const auto hits = Hits();
   ASSERT_EQ(hits.size(), 1u);
   EXPECT_EQ(hits[0].execution_id, out.id);
@@ -416,15 +429,15 @@ TEST_F(OutputAuditTest, StreamedChunksNeverCarryASecretSplitBetweenThem) {
   ASSERT_FALSE(seen.empty());
   EXPECT_EQ(seen.back().first, "display");
   EXPECT_EQ(seen.back().second["data"]["text/plain"], "x[REDACTED:kiln_api_key]");
-  EXPECT_EQ(out.response->result["stdout"], streamed);
+  EXPECT_EQ(Shown(out)["stdout"], streamed);
 }
 
 TEST_F(OutputAuditTest, FlagKeepsTheTextAndRecordsTheHit) {
   FakeRunner runner(Returns({{"status", "ok"}, {"stdout", kKey}, {"stderr", ""}}));
   Outcome out = service_->Run(JobFor("flagged"), runner);
   ASSERT_TRUE(out.response.has_value());
-  EXPECT_EQ(out.response->result["stdout"], kKey);
-  EXPECT_FALSE(out.response->result.contains("output_audit"));
+  EXPECT_EQ(Shown(out)["stdout"], kKey);
+  EXPECT_FALSE(Shown(out).contains("output_audit"));
   const auto hits = Hits();
   ASSERT_EQ(hits.size(), 1u);
   EXPECT_EQ(hits[0].action, "flag");
@@ -444,16 +457,16 @@ TEST_F(OutputAuditTest, BlockWithholdsTheStreamAndTheResult) {
   Outcome out = service_->Run(JobFor("blocking", on_event), runner);
   ASSERT_TRUE(out.response.has_value());
   EXPECT_EQ(texts, std::vector<std::string>{"a\n"});  // nothing after the hit
-  EXPECT_EQ(out.response->result["status"], "ok");
-  EXPECT_EQ(out.response->result["stdout"], "");
-  EXPECT_EQ(out.response->result["output_audit"]["blocked"], true);
+  EXPECT_EQ(Shown(out)["status"], "ok");
+  EXPECT_EQ(Shown(out)["stdout"], "");
+  EXPECT_EQ(Shown(out)["output_audit"]["blocked"], true);
 }
 
 TEST_F(OutputAuditTest, AnOffProfileSendsEverythingAsItIs) {
   FakeRunner runner(Returns({{"status", "ok"}, {"stdout", kKey}, {"stderr", ""}}));
   Outcome out = service_->Run(JobFor("off"), runner);
   ASSERT_TRUE(out.response.has_value());
-  EXPECT_EQ(out.response->result["stdout"], kKey);
+  EXPECT_EQ(Shown(out)["stdout"], kKey);
   EXPECT_TRUE(Hits().empty());
 }
 

@@ -81,7 +81,7 @@ Result<nlohmann::json> LocalBackend::Execute(
     return e;
   }
   if (!out->response) return Internal("the session manager returned no result");
-  nlohmann::json result = std::move(out->response->result);
+  nlohmann::json result = executions::ResultJson(*out->response);
   result["id"] = out->execution_id;
   result["session_id"] = session;
   return result;

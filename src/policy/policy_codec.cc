@@ -62,17 +62,23 @@ Result<std::vector<std::string>> Strings(const nlohmann::json& j, const char* ke
 }  // namespace
 
 Result<UniqueFd> SealedMemfd(const char* name, std::string_view bytes) {
+  return SealedMemfd(name, std::vector<std::string_view>{bytes});
+}
+
+Result<UniqueFd> SealedMemfd(const char* name, const std::vector<std::string_view>& parts) {
   // MFD_NOEXEC_SEAL (Linux 6.3) where the kernel has it: the file can never
   // be made executable.
   UniqueFd fd(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_NOEXEC_SEAL));
   if (!fd && errno == EINVAL) fd.Reset(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!fd) return ErrnoError("memfd_create");
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return ErrnoError("write memfd");
-    done += static_cast<size_t>(n);
+  for (std::string_view bytes : parts) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = ::write(fd.get(), bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return ErrnoError("write memfd");
+      done += static_cast<size_t>(n);
+    }
   }
   if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
     return ErrnoError("seal memfd");

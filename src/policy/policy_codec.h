@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <string_view>
 #include <vector>
 
 #include "base/result.h"
@@ -31,5 +32,7 @@ Result<SandboxPolicy> DecodePolicy(const nlohmann::json& j,
 
 // A sealed memfd holding `bytes` (no exec, no write, no resize once sealed).
 Result<UniqueFd> SealedMemfd(const char* name, std::string_view bytes);
+// The same of `parts` end to end.
+Result<UniqueFd> SealedMemfd(const char* name, const std::vector<std::string_view>& parts);
 
 }  // namespace kiln::policy

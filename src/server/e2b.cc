@@ -751,18 +751,17 @@ Reply Front::Execute(const Request& req, const std::string& id, const sessions::
     reply.headers.emplace_back("Retry-After", std::to_string(std::max(1, r.retry_after_s)));
     return reply;
   } else {
-    const nlohmann::json& result = outcome->response->result;
-    const std::string status = result.value("status", "");
+    const supervisor::ExecutionResult& result = outcome->response->result;
     // A cell kiln ended (timeout, memory limit, ...) is an error the
     // interpreter never raised: said as one, with kiln's status and reason.
-    if (status != "ok" && !error_sent) {
+    if (result.outcome != supervisor::Outcome::kOk && !error_sent) {
       out.Event({{"type", "error"},
-                 {"name", status},
-                 {"value", result.value("reason", "")},
+                 {"name", std::string(supervisor::ToString(result.outcome))},
+                 {"value", result.reason},
                  {"traceback", ""}});
     }
-    if (result.contains("execution_count") && result["execution_count"].is_number_integer()) {
-      out.Event({{"type", "number_of_executions"}, {"execution_count", result["execution_count"]}});
+    if (result.execution_count) {
+      out.Event({{"type", "number_of_executions"}, {"execution_count", *result.execution_count}});
     }
   }
   out.Event({{"type", "end_of_execution"}});
@@ -970,15 +969,14 @@ Reply Front::ProcessStart(const Request& req, const std::string& id, const sessi
     const auto& r = *outcome->rejection;
     return fail(r.tenant_quota ? "resource_exhausted" : "unavailable", r.error.message);
   }
-  const nlohmann::json& result = outcome->response->result;
-  const std::string status = result.value("status", "");
-  const std::string reason = result.value("reason", "");
+  const supervisor::ExecutionResult& result = outcome->response->result;
+  const std::string status(supervisor::ToString(result.outcome));
+  const std::string& reason = result.reason;
   if (!started) {  // it never ran: a missing program or directory
     return fail("invalid_argument", error.empty() ? status + ": " + reason : error);
   }
-  const auto code = result.find("exit_code");
-  if ((status == "ok" || status == "error") && code != result.end() && code->is_number_integer()) {
-    const int64_t exit_code = code->get<int64_t>();
+  if ((status == "ok" || status == "error") && result.exit_code >= 0) {
+    const int64_t exit_code = result.exit_code;
     write(ProcessEvent({{"end",
                          {{"exitCode", exit_code},
                           {"exited", true},

@@ -1048,13 +1048,14 @@ struct HttpServer::Impl {
       if (sse && sse->started()) return StreamError(&*sse, *out.error);
       return V1Error(*out.error, req.version());
     }
-    nlohmann::json body = out.response->result;
+    nlohmann::json body = executions::ResultJson(*out.response);
     body["id"] = out.id;
     if (parsed.return_files) {
       nlohmann::json files = nlohmann::json::array();
-      for (const auto& [path, bytes] : out.response->files) {
-        files.push_back(
-            {{"path", path}, {"size", bytes.size()}, {"content_base64", Base64Encode(bytes)}});
+      for (const auto& f : out.response->result.returned_files) {
+        files.push_back({{"path", f.path},
+                         {"size", f.content.size()},
+                         {"content_base64", Base64Encode(f.content)}});
       }
       body["files"] = files;
     }
@@ -1101,30 +1102,28 @@ struct HttpServer::Impl {
       if (h.retry_after) res.set(http::field::retry_after, "1");
       return res;
     }
-    const auto& j = out.response->result;
-    const std::string status = j.value("status", "");
-    if (status == "timeout") {
+    const supervisor::ExecutionResult& r = out.response->result;
+    if (r.outcome == supervisor::Outcome::kTimeout) {
       return Json(http::status::request_timeout,
                   {{"detail", "Execution timeout after " + FormatSeconds(parsed.timeout_s) + " s"}},
                   req.version(), true);
     }
     int exit_code = 0;
-    if (j["exit_code"].is_number_integer()) {
-      exit_code = j["exit_code"].get<int>();
-    } else if (j["signal"].is_number_integer()) {
-      exit_code = 128 + j["signal"].get<int>();  // as a container's exit code would say
+    if (r.exit_code >= 0) {
+      exit_code = r.exit_code;
+    } else if (r.signal > 0) {
+      exit_code = 128 + r.signal;  // as a container's exit code would say
     } else {
-      exit_code = status == "ok" ? 0 : 1;
+      exit_code = r.outcome == supervisor::Outcome::kOk ? 0 : 1;
     }
     nlohmann::json body = {{"task_id", out.id},
-                           {"stdout", j.value("stdout", "")},
-                           {"stderr", j.value("stderr", "")},
+                           {"stdout", r.stdout_data},
+                           {"stderr", r.stderr_data},
                            {"exit_code", exit_code},
-                           {"execution_time", j.value("duration_ms", 0.0) / 1e3}};
+                           {"execution_time", r.duration_ms / 1e3}};
     if (parsed.return_output_files) {
       nlohmann::json files = nlohmann::json::object();
-      for (const auto& [path, bytes] : out.response->files)
-        files[path] = bytes;  // text, as the reference
+      for (const auto& f : r.returned_files) files[f.path] = f.content;  // text, as the reference
       body["output_files"] = files;
     } else {
       body["output_files"] = nullptr;
@@ -1506,7 +1505,7 @@ struct HttpServer::Impl {
         return V1Error(out.error(), v);
       }
       if (out->rejection) return Rejected(*out->rejection, v, false);
-      nlohmann::json body = out->response->result;
+      nlohmann::json body = executions::ResultJson(*out->response);
       body["id"] = out->execution_id;
       body["session_id"] = id;
       if (sse) return StreamDone(&*sse, body);

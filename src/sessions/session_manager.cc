@@ -349,10 +349,10 @@ Result<CellOutcome> SessionManager::Execute(const Caller& caller, const std::str
     return MakeError(Code::kGone, "session " + id + " is gone: " + ran.error->message);
   }
   spawner::ExecResponse& response = *ran.response;
-  if (auto gone = s->channel->Gone();
-      gone || response.result.value("session_state", "") == "lost") {
-    const std::string reason = "the last cell ended it (" + response.result.value("status", "") +
-                               ": " + response.result.value("reason", "") + ")";
+  if (auto gone = s->channel->Gone(); gone || response.result.session_state == "lost") {
+    const std::string reason = "the last cell ended it (" +
+                               std::string(supervisor::ToString(response.result.outcome)) + ": " +
+                               response.result.reason + ")";
     op.unlock();
     End(s, reason);
   }

@@ -232,12 +232,12 @@ Result<ExecResponse> ReadResult(FramedChannel& ch, const EventFn& on_event,
     if (type != "result" || !frame->contains("result") || !(*frame)["result"].is_object()) {
       return Internal("malformed response from the supervisor");
     }
-    ExecResponse response;
-    response.result = std::move((*frame)["result"]);
-    for (const auto& f : frame->value("files", nlohmann::json::array())) {
-      auto bytes = Base64Decode(f.value("content_base64", ""));
-      if (!bytes.ok()) return Internal("malformed returned file");
-      response.files.emplace_back(f.value("path", ""), std::move(*bytes));
+    // Typed from here on (ExecResponse); its returned files come beside it.
+    auto fds = ReadFdsBeside(ch, *frame);
+    if (!fds.ok()) return Internal("malformed result from the supervisor: " + fds.error().message);
+    auto response = DecodeResult(*frame, *fds);
+    if (!response.ok()) {
+      return Internal("malformed result from the supervisor: " + response.error().message);
     }
     return response;
   }
@@ -329,8 +329,8 @@ Result<ExecResponse> SessionChannel::Execute(const std::string& code, double tim
     gone_ = result.error().message;
     return result;
   }
-  if (result->result.value("session_state", "") == "lost") {
-    gone_ = result->result.value("reason", "the sandbox died");
+  if (result->result.session_state == "lost") {
+    gone_ = result->result.reason.empty() ? "the sandbox died" : result->result.reason;
   }
   return result;
 }

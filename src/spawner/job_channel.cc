@@ -1,8 +1,11 @@
 #include "spawner/job_channel.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "base/base64.h"
@@ -55,7 +58,7 @@ Status WriteFrameWithFds(int fd, const nlohmann::json& message, const SharedFds&
   return OkStatus();
 }
 
-Result<SharedFds> ReadPlanFds(FramedChannel& ch, const nlohmann::json& plan) {
+Result<SharedFds> ReadFdsBeside(FramedChannel& ch, const nlohmann::json& plan) {
   KILN_ASSIGN_OR_RETURN(const size_t count, FdsOf(plan));
   while (ch.fds_received() < count) {
     KILN_ASSIGN_OR_RETURN(nlohmann::json frame, ch.Read());
@@ -310,6 +313,80 @@ Result<SessionPlan> PlanSession(const config::Config& config, const PoolKeys& po
   plan.interrupt_grace_s = request.interrupt_grace_s;
   plan.max_file_bytes = request.max_file_bytes;
   return plan;
+}
+
+Result<nlohmann::json> EncodeResult(const supervisor::ExecutionResult& r, SharedFds* fds) {
+  nlohmann::json j = {{"type", "result"}, {"result", supervisor::ToJson(r, false)}};
+  if (r.returned_files.empty()) return j;
+  nlohmann::json files = nlohmann::json::array();
+  std::vector<std::string_view> parts;
+  for (const auto& f : r.returned_files) {
+    files.push_back({{"path", f.path}, {"size", f.content.size()}});
+    parts.emplace_back(f.content);
+  }
+  KILN_ASSIGN_OR_RETURN(UniqueFd memfd, policy::SealedMemfd("kiln-returned-files", parts));
+  fds->push_back(std::make_shared<const UniqueFd>(std::move(memfd)));
+  j["files"] = std::move(files);
+  j["fds"] = 1;
+  return j;
+}
+
+Result<ExecResponse> DecodeResult(const nlohmann::json& frame, const SharedFds& fds) {
+  const auto result = frame.find("result");
+  if (result == frame.end()) return InvalidArgument("result: missing");
+  KILN_ASSIGN_OR_RETURN(supervisor::ExecutionResult r, supervisor::FromJson(*result));
+  const auto files = frame.find("files");
+  if (files == frame.end()) {
+    if (!fds.empty()) return InvalidArgument("fds: a result without files came with some");
+    return ExecResponse{std::move(r), nullptr};
+  }
+  if (!files->is_array()) return InvalidArgument("files: not an array");
+  if (fds.size() != 1 || !fds[0] || !*fds[0]) {
+    return InvalidArgument("fds: returned files need exactly one memfd beside the result");
+  }
+  const int fd = fds[0]->get();
+  uint64_t total = 0;
+  for (const auto& f : *files) {
+    if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("size") ||
+        !f["size"].is_number_integer() || f["size"].get<int64_t>() < 0) {
+      return InvalidArgument("files: an entry is not {path, size}");
+    }
+    const uint64_t size = f["size"].get<uint64_t>();
+    if (size > kMaxResponseBytes || total + size > kMaxResponseBytes) {
+      return InvalidArgument("files: more bytes than a response may carry");
+    }
+    total += size;
+  }
+  // The memfd is what the frame says, and nobody can change it any more.
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return ErrnoError("fstat returned files");
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  constexpr int kSealed = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
+  if (!S_ISREG(st.st_mode) || seals < 0 || (seals & kSealed) != kSealed) {
+    return InvalidArgument("fds: the returned files are not a sealed memfd");
+  }
+  if (static_cast<uint64_t>(st.st_size) != total) {
+    return InvalidArgument("files: the sizes do not add up to the memfd's " +
+                           std::to_string(st.st_size) + " bytes");
+  }
+  uint64_t offset = 0;
+  for (const auto& f : *files) {
+    supervisor::FileContentResult out;
+    out.path = f["path"].get<std::string>();
+    out.content.resize(f["size"].get<uint64_t>());
+    size_t done = 0;
+    while (done < out.content.size()) {
+      const ssize_t n = ::pread(fd, out.content.data() + done, out.content.size() - done,
+                                static_cast<off_t>(offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return ErrnoError("read returned file " + out.path);
+      if (n == 0) return InvalidArgument("files: " + out.path + " ends early");
+      done += static_cast<size_t>(n);
+    }
+    offset += out.content.size();
+    r.returned_files.push_back(std::move(out));
+  }
+  return ExecResponse{std::move(r), nullptr};
 }
 
 }  // namespace kiln::spawner

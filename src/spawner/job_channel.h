@@ -30,7 +30,7 @@ namespace kiln::spawner {
 // A frame to a supervisor: a plan (code and policy; its input files travel
 // as fds beside it), or a session's file_put, whose content is still base64.
 inline constexpr size_t kMaxRequestBytes = 320u << 20;
-inline constexpr size_t kMaxResponseBytes = 512u << 20;  // outputs + returned files, base64
+inline constexpr size_t kMaxResponseBytes = 512u << 20;  // outputs (returned files: a memfd)
 
 // An error as a frame, with the request field it is about ("field", when
 // set), and back.
@@ -46,10 +46,11 @@ inline constexpr size_t kFdsPerFrame = 8;
 using SharedFds = std::vector<std::shared_ptr<const UniqueFd>>;
 Status WriteFrameWithFds(int fd, const nlohmann::json& message, const SharedFds& fds);
 class FramedChannel;
-// The fds that travel beside a plan's frame (its "fds" member says how
-// many): reads "fds" frames until they have all come; an error when another
-// frame comes first, or more fds than the plan names.
-Result<SharedFds> ReadPlanFds(FramedChannel& ch, const nlohmann::json& plan);
+// The fds that travel beside a frame (a plan's input files, a result's
+// returned files; its "fds" member says how many): reads "fds" frames until
+// they have all come; an error when another frame comes first, or more fds
+// than the frame names.
+Result<SharedFds> ReadFdsBeside(FramedChannel& ch, const nlohmann::json& plan);
 
 nlohmann::json LimitsToJson(const config::LimitSpec& l);
 Result<config::LimitSpec> LimitsFromJson(const nlohmann::json& l);

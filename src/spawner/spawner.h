@@ -39,6 +39,7 @@
 #include "base/unique_fd.h"
 #include "config/config.h"
 #include "policy/policy.h"
+#include "supervisor/execution_result.h"
 #include "supervisor/host.h"
 
 namespace kiln::spawner {
@@ -115,9 +116,15 @@ Result<ExecPlan> PlanExecution(const config::Config& config, const PoolKeys& poo
 Result<SessionPlan> PlanSession(const config::Config& config, const PoolKeys& pool,
                                 const SessionRequest& request);
 
+// What came back, typed: the result as the supervisor made it (read back
+// with supervisor::FromJson; returned files in result.returned_files), and
+// what the output audit tells the client. Rendered to the API's JSON only
+// at an edge (executions::ResultJson).
 struct ExecResponse {
-  nlohmann::json result;  // supervisor::ToJson's shape (docs/api.md)
-  std::vector<std::pair<std::string, std::string>> files;  // returned files: path -> bytes
+  supervisor::ExecutionResult result;
+  // HitSet::ClientReport of the output audit (set by the executions
+  // service); null when it has nothing to tell.
+  nlohmann::json output_audit;
 };
 
 // Lets another thread cancel a Run: Cancel() wakes it (an eventfd).
@@ -267,7 +274,14 @@ Result<nlohmann::json> EncodePlan(const ExecPlan& p, SharedFds* fds);
 Result<ExecPlan> DecodePlan(const nlohmann::json& j, SharedFds fds);
 Result<nlohmann::json> EncodeSessionPlan(const SessionPlan& p, SharedFds* fds);
 Result<SessionPlan> DecodeSessionPlan(const nlohmann::json& j, SharedFds fds);
-// How many fds a plan's frame says travel beside it (its "fds" member).
+// A result's frame (docs/protocol.md section 5): the result as
+// supervisor::ToJson makes it, and in `fds` one sealed memfd with the
+// returned files' bytes end to end (none when no file returns); the frame
+// lists each file's path and size, in order. DecodeResult checks the memfd
+// (sealed, its size the sum of the sizes) and reads each file from it once.
+Result<nlohmann::json> EncodeResult(const supervisor::ExecutionResult& r, SharedFds* fds);
+Result<ExecResponse> DecodeResult(const nlohmann::json& frame, const SharedFds& fds);
+// How many fds a frame says travel beside it (its "fds" member).
 Result<size_t> FdsOf(const nlohmann::json& j);
 
 }  // namespace kiln::spawner

@@ -1,6 +1,7 @@
 #include "spawner/spawner.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -30,7 +31,7 @@ Result<Plan> OverASocket(const Plan& plan, Encode encode, Decode decode) {
   fds.clear();  // the server's copies go; the supervisor's are its own
   server.Reset();
   KILN_ASSIGN_OR_RETURN(nlohmann::json got, supervisor.Read());
-  KILN_ASSIGN_OR_RETURN(SharedFds came, ReadPlanFds(supervisor, got));
+  KILN_ASSIGN_OR_RETURN(SharedFds came, ReadFdsBeside(supervisor, got));
   return decode(got, std::move(came));
 }
 
@@ -176,7 +177,7 @@ TEST(JobPlan, MoreFdsThanThePlanNamesAreRefused) {
   ASSERT_TRUE(WriteFrameWithFds(server.get(), {{"type", "execute"}, {"fds", 1}}, {fd, fd}).ok());
   auto got = supervisor.Read();
   ASSERT_TRUE(got.ok());
-  EXPECT_FALSE(ReadPlanFds(supervisor, *got).ok());
+  EXPECT_FALSE(ReadFdsBeside(supervisor, *got).ok());
 }
 
 TEST(JobPlan, ASessionIsDecidedOnceAndTravelsAsIs) {
@@ -210,6 +211,95 @@ TEST(JobPlan, ASessionIsDecidedOnceAndTravelsAsIs) {
   EXPECT_FALSE(DecodeSessionPlan(nlohmann::json::object(), {}).ok());
   (*j)["max_file_bytes"] = "big";
   EXPECT_FALSE(DecodeSessionPlan(*j, {}).ok());
+}
+
+// A result through a real job socket, as a supervisor sends it and the
+// server reads it.
+Result<ExecResponse> ResultOverASocket(const supervisor::ExecutionResult& r,
+                                       nlohmann::json* sent = nullptr) {
+  int sp[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0)
+    return ErrnoError("socketpair");
+  UniqueFd supervisor(sp[0]);
+  FramedChannel server(UniqueFd(sp[1]), kMaxResponseBytes);
+  SharedFds fds;
+  KILN_ASSIGN_OR_RETURN(nlohmann::json frame, EncodeResult(r, &fds));
+  if (sent != nullptr) *sent = frame;
+  KILN_TRY(WriteFrameWithFds(supervisor.get(), frame, fds));
+  fds.clear();
+  supervisor.Reset();
+  KILN_ASSIGN_OR_RETURN(nlohmann::json got, server.Read());
+  KILN_ASSIGN_OR_RETURN(SharedFds came, ReadFdsBeside(server, got));
+  return DecodeResult(got, came);
+}
+
+TEST(JobResult, AResultComesBackTypedWithItsFilesInOneSealedMemfd) {
+  supervisor::ExecutionResult r;
+  r.outcome = supervisor::Outcome::kError;
+  r.exit_code = 3;
+  r.stdout_data = "out\n";
+  r.reason = "exited with 3";
+  r.error = supervisor::CellError{"ValueError", "x", {"tb"}};
+  r.returned_files = {{"empty.txt", ""},
+                      {"bin/data.bin", std::string("\0\x01\xff\0", 4)},
+                      {"big.csv", std::string(1u << 20, 'c')}};
+  nlohmann::json sent;
+  auto back = ResultOverASocket(r, &sent);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(supervisor::ToJson(back->result, true), supervisor::ToJson(r, true));
+  ASSERT_EQ(back->result.returned_files.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(back->result.returned_files[i].path, r.returned_files[i].path);
+    EXPECT_EQ(back->result.returned_files[i].content, r.returned_files[i].content);
+  }
+  EXPECT_TRUE(back->output_audit.is_null());
+  // No file byte in the frame: one memfd beside it.
+  EXPECT_EQ(sent["fds"], 1);
+  EXPECT_LT(sent.dump().size(), 4096u);
+  EXPECT_EQ(sent.dump().find("content"), std::string::npos);
+
+  // Without files: no fd at all.
+  r.returned_files.clear();
+  auto plain = ResultOverASocket(r, &sent);
+  ASSERT_TRUE(plain.ok()) << plain.error().message;
+  EXPECT_FALSE(sent.contains("fds"));
+  EXPECT_TRUE(plain->result.returned_files.empty());
+}
+
+TEST(JobResult, AMalformedResultOrAForgedMemfdIsRefused) {
+  supervisor::ExecutionResult r;
+  r.outcome = supervisor::Outcome::kOk;
+  r.exit_code = 0;
+  r.returned_files = {{"a.txt", "abc"}, {"b.txt", "defg"}};
+  SharedFds fds;
+  auto frame = EncodeResult(r, &fds);
+  ASSERT_TRUE(frame.ok());
+  ASSERT_EQ(fds.size(), 1u);
+  ASSERT_TRUE(DecodeResult(*frame, fds).ok());
+  auto refused = [](const nlohmann::json& j, const SharedFds& f, const std::string& why) {
+    auto d = DecodeResult(j, f);
+    ASSERT_FALSE(d.ok()) << why;
+    EXPECT_NE(d.error().message.find(why), std::string::npos) << d.error().message;
+  };
+  nlohmann::json j = *frame;
+  j["files"][1]["size"] = 5;  // sizes that do not add up
+  refused(j, fds, "do not add up");
+  j = *frame;
+  j["files"][0]["size"] = "3";
+  refused(j, fds, "not {path, size}");
+  refused(*frame, {}, "exactly one memfd");
+  refused(*frame, {fds[0], fds[0]}, "exactly one memfd");
+  j = *frame;
+  j.erase("files");
+  refused(j, fds, "without files");
+  j = *frame;
+  j["result"]["status"] = "fine";
+  refused(j, fds, "status");
+  // A memfd the sender could still write is not taken.
+  UniqueFd open_memfd(::memfd_create("unsealed", MFD_CLOEXEC));
+  ASSERT_TRUE(open_memfd);
+  ASSERT_EQ(::write(open_memfd.get(), "abcdefg", 7), 7);
+  refused(*frame, {std::make_shared<const UniqueFd>(std::move(open_memfd))}, "not a sealed memfd");
 }
 
 }  // namespace

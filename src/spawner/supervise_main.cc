@@ -20,12 +20,20 @@
 namespace kiln::spawner {
 namespace {
 
-nlohmann::json ResultFrame(const supervisor::ExecutionResult& result) {
-  nlohmann::json files = nlohmann::json::array();
-  for (const auto& f : result.returned_files) {
-    files.push_back({{"path", f.path}, {"content_base64", Base64Encode(f.content)}});
+// The result, typed on the wire (EncodeResult): its returned files' bytes in
+// one sealed memfd beside it. A memfd that cannot be made loses the files,
+// never the result: collect_error says so.
+void WriteResult(FramedChannel& ch, const supervisor::ExecutionResult& r) {
+  SharedFds fds;
+  auto frame = EncodeResult(r, &fds);
+  if (!frame.ok()) {
+    supervisor::ExecutionResult without = r;
+    without.returned_files.clear();
+    without.collect_error = "the returned files could not be sent: " + frame.error().message;
+    fds.clear();
+    frame = EncodeResult(without, &fds);
   }
-  return {{"type", "result"}, {"result", supervisor::ToJson(result, false)}, {"files", files}};
+  if (frame.ok()) (void)WriteFrameWithFds(ch.fd(), *frame, fds);
 }
 
 // One-shot: one request, one sandbox, one result.
@@ -38,7 +46,7 @@ nlohmann::json ResultFrame(const supervisor::ExecutionResult& result) {
   };
   // The plan as the server decided it: its policy is built, its input files
   // are the memfds that came beside it, the pool decision is made.
-  auto inputs = ReadPlanFds(ch, frame);
+  auto inputs = ReadFdsBeside(ch, frame);
   if (!inputs.ok()) reply_error(inputs.error());
   auto request = DecodePlan(frame, std::move(*inputs));
   if (!request.ok()) reply_error(request.error());
@@ -73,12 +81,12 @@ nlohmann::json ResultFrame(const supervisor::ExecutionResult& result) {
   // teardown follows it.
   bool answered = false;
   options.on_result = [&ch, &answered](const supervisor::ExecutionResult& r) {
-    (void)ch.Write(ResultFrame(r));
+    WriteResult(ch, r);
     answered = true;
   };
   auto result = supervisor::RunSandboxed(host, policy, program, options);
   if (!result.ok()) reply_error(result.error());
-  if (!answered) (void)ch.Write(ResultFrame(*result));
+  if (!answered) WriteResult(ch, *result);
   ::_exit(0);
 }
 
@@ -92,7 +100,7 @@ nlohmann::json ResultFrame(const supervisor::ExecutionResult& result) {
     (void)ch.Write(ErrorFrame(e));
     ::_exit(0);
   };
-  auto inputs = ReadPlanFds(ch, frame);
+  auto inputs = ReadFdsBeside(ch, frame);
   if (!inputs.ok()) reply_error(inputs.error());
   auto start = DecodeSessionPlan(frame, std::move(*inputs));
   if (!start.ok()) reply_error(start.error());
@@ -213,7 +221,7 @@ nlohmann::json ResultFrame(const supervisor::ExecutionResult& result) {
                    : supervisor::EventSink();
         supervisor::ExecutionResult r = sbx.RunCell(cell, waiters, sink);
         if (server_gone) end_session("the server closed the session", false);
-        (void)ch.Write(ResultFrame(r));
+        WriteResult(ch, r);
         if (!sbx.alive()) end_session(sbx.death_reason(), true);
       } else if (type == "interrupt") {
         // Between cells: nothing to interrupt.

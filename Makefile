@@ -27,7 +27,7 @@ DEPS := $(BUILD_PKGS) $(PYTHON_PKGS) $(TEST_PKGS) $(GVISOR_PKGS) $(WEB_PKGS)
 FUZZ_PKGS := clang-16 libfuzzer-16-dev libclang-rt-16-dev
 FUZZ_DIR := build-fuzz
 FUZZ_SECONDS ?= 60
-FUZZ_TARGETS ?= json_depth frame cell_outputs setup_record pool_handoff job_request http_request \
+FUZZ_TARGETS ?= json_depth frame cell_outputs setup_record pool_handoff job_request job_result http_request \
   workspace_path mcp_engine config
 
 .PHONY: all deps build test test-unit test-integration test-escape serve doctor bench bench-pool bench-sessions seccomp-measure asan fuzz clean

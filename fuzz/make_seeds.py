@@ -174,6 +174,39 @@ put("job_request", "session_plan", js({
 put("job_request", "session_plan_odd_types", js({
     "type": "session_start", "id": "s2", "profile": "p", "policy": [], "max_file_bytes": -1}))
 
+# --- job_result: mode byte, the result frame's payload, NUL, the memfd's bytes --
+phases = {k: 0.5 for k in ("plan", "cgroup", "clone", "maps", "child_setup", "exec", "attach",
+                           "start", "run", "teardown")}
+result = {"status": "ok", "exit_code": 0, "signal": None, "stdout": "hi\n", "stderr": "",
+          "stdout_truncated": False, "stderr_truncated": False, "duration_ms": 12.5,
+          "cpu_ms": 3.0, "peak_memory_bytes": 1048576, "oom_kills": 0, "pids_limit_hits": 0,
+          "limits_backend": "cgroup-v2", "reason": "", "outputs": [{"type": "text", "text": "2"}],
+          "execution_count": 1, "error": None, "outputs_dropped": 0, "outputs_truncated": False,
+          "phases_ms": phases}
+res = {"type": "result", "result": result}
+two = dict(res, files=[{"path": "a.txt", "size": 3}, {"path": "d/b.bin", "size": 4}], fds=1)
+
+
+def job_result(mode, message, memfd=b""):
+    return bytes([mode]) + js(message).encode() + b"\0" + memfd
+
+
+put("job_result", "result_plain", job_result(0, res))
+put("job_result", "result_two_files", job_result(1, two, b"abc\x00\x01\xff\x7f"))
+put("job_result", "result_sizes_do_not_add_up", job_result(1, two, b"abcdefgh"))
+put("job_result", "result_files_without_memfd", job_result(0, two))
+put("job_result", "result_unsealed_memfd", job_result(3, two, b"abcdefg"))
+put("job_result", "result_memfd_without_files", job_result(1, res, b"x"))
+put("job_result", "result_negative_size", job_result(1, dict(two, files=[{"path": "a", "size": -1}]), b""))
+put("job_result", "result_error_and_violation", job_result(0, dict(res, result=dict(
+    result, status="error", exit_code=1, error={"name": "ValueError", "value": "x",
+                                                  "traceback": ["tb"]},
+    policy_violation={"module": "socket", "line": 1, "message": "blocked"},
+    setup_error={"step": "landlock", "errno": 1, "errno_name": "EPERM", "message": "m"},
+    session_state="alive", files_skipped=["a: why"], collect_error="c"))))
+put("job_result", "result_mistyped_member", job_result(0, dict(res, result=dict(
+    result, cpu_ms="3"))))
+
 # --- http_request: one body for the four parsers ------------------------------
 bodies = {
     "v1_every_field": {"code": "print(1)", "timeout": 2.5, "memory": "256m", "cpus": 0.5,

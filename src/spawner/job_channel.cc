@@ -8,7 +8,6 @@
 #include <string_view>
 #include <utility>
 
-#include "base/base64.h"
 #include "policy/policy_codec.h"
 #include "spawner/spawner.h"
 #include "sys/fd_passing.h"
@@ -60,12 +59,20 @@ Status WriteFrameWithFds(int fd, const nlohmann::json& message, const SharedFds&
 
 Result<SharedFds> ReadFdsBeside(FramedChannel& ch, const nlohmann::json& plan) {
   KILN_ASSIGN_OR_RETURN(const size_t count, FdsOf(plan));
-  while (ch.fds_received() < count) {
+  // Exactly the "fds" frames that carry them (kFdsPerFrame each), even when
+  // their fds came with the bytes read before (recvmsg may take a frame and
+  // the next one's fds at once): a frame left unread would be taken for the
+  // next request or reply.
+  for (size_t frames = (count + kFdsPerFrame - 1) / kFdsPerFrame; frames > 0; --frames) {
     KILN_ASSIGN_OR_RETURN(nlohmann::json frame, ch.Read());
-    if (frame.value("type", "") != "fds") return InvalidArgument("the plan's files did not come");
+    if (frame.value("type", "") != "fds")
+      return InvalidArgument("the fds beside a frame did not come");
   }
   std::vector<UniqueFd> fds = ch.TakeFds();
-  if (fds.size() != count) return InvalidArgument("more files came than the plan names");
+  if (fds.size() != count) {
+    return InvalidArgument(std::to_string(fds.size()) + " fds came where the frame names " +
+                           std::to_string(count));
+  }
   SharedFds out;
   for (auto& fd : fds) out.push_back(std::make_shared<const UniqueFd>(std::move(fd)));
   return out;
@@ -331,6 +338,63 @@ Result<nlohmann::json> EncodeResult(const supervisor::ExecutionResult& r, Shared
   return j;
 }
 
+Status CheckSealedMemfd(int fd, uint64_t size) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return ErrnoError("fstat a memfd beside a frame");
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  constexpr int kSealed = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
+  if (!S_ISREG(st.st_mode) || seals < 0 || (seals & kSealed) != kSealed) {
+    return InvalidArgument("fds: not a sealed memfd");
+  }
+  if (static_cast<uint64_t>(st.st_size) != size) {
+    return InvalidArgument("fds: the sizes do not add up to the memfd's " +
+                           std::to_string(st.st_size) + " bytes");
+  }
+  return OkStatus();
+}
+
+Result<std::string> ReadMemfd(int fd, uint64_t offset, uint64_t size) {
+  std::string out(size, '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n =
+        ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError("read a memfd beside a frame");
+    if (n == 0) return InvalidArgument("fds: the memfd ends early");
+    done += static_cast<size_t>(n);
+  }
+  return out;
+}
+
+Result<nlohmann::json> EncodeFileBytes(nlohmann::json frame, std::string_view bytes,
+                                       SharedFds* fds) {
+  KILN_ASSIGN_OR_RETURN(UniqueFd memfd, policy::SealedMemfd("kiln-file", bytes));
+  fds->push_back(std::make_shared<const UniqueFd>(std::move(memfd)));
+  frame["size"] = bytes.size();
+  frame["fds"] = 1;
+  return frame;
+}
+
+Result<std::pair<int, uint64_t>> FileBytesOf(const nlohmann::json& frame, const SharedFds& fds,
+                                             uint64_t max_bytes) {
+  const auto size = frame.find("size");
+  if (size == frame.end() || !size->is_number_integer() || size->get<int64_t>() < 0) {
+    return InvalidField("size", "size: the file's byte count is missing");
+  }
+  if (fds.size() != 1 || !fds[0] || !*fds[0]) {
+    return InvalidArgument("fds: a file's bytes need exactly one memfd beside the frame");
+  }
+  const uint64_t n = size->get<uint64_t>();
+  if (n > max_bytes) {
+    return MakeError(
+        Code::kResourceExhausted,
+        std::to_string(n) + " bytes is over the per-file cap of " + std::to_string(max_bytes));
+  }
+  KILN_TRY(CheckSealedMemfd(fds[0]->get(), n));
+  return std::make_pair(fds[0]->get(), n);
+}
+
 Result<ExecResponse> DecodeResult(const nlohmann::json& frame, const SharedFds& fds) {
   const auto result = frame.find("result");
   if (result == frame.end()) return InvalidArgument("result: missing");
@@ -358,32 +422,16 @@ Result<ExecResponse> DecodeResult(const nlohmann::json& frame, const SharedFds& 
     total += size;
   }
   // The memfd is what the frame says, and nobody can change it any more.
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return ErrnoError("fstat returned files");
-  const int seals = ::fcntl(fd, F_GET_SEALS);
-  constexpr int kSealed = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
-  if (!S_ISREG(st.st_mode) || seals < 0 || (seals & kSealed) != kSealed) {
-    return InvalidArgument("fds: the returned files are not a sealed memfd");
-  }
-  if (static_cast<uint64_t>(st.st_size) != total) {
-    return InvalidArgument("files: the sizes do not add up to the memfd's " +
-                           std::to_string(st.st_size) + " bytes");
+  if (Status sealed = CheckSealedMemfd(fd, total); !sealed.ok()) {
+    return InvalidArgument("returned files: " + sealed.error().message);
   }
   uint64_t offset = 0;
   for (const auto& f : *files) {
     supervisor::FileContentResult out;
     out.path = f["path"].get<std::string>();
-    out.content.resize(f["size"].get<uint64_t>());
-    size_t done = 0;
-    while (done < out.content.size()) {
-      const ssize_t n = ::pread(fd, out.content.data() + done, out.content.size() - done,
-                                static_cast<off_t>(offset + done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return ErrnoError("read returned file " + out.path);
-      if (n == 0) return InvalidArgument("files: " + out.path + " ends early");
-      done += static_cast<size_t>(n);
-    }
-    offset += out.content.size();
+    const uint64_t size = f["size"].get<uint64_t>();
+    KILN_ASSIGN_OR_RETURN(out.content, ReadMemfd(fd, offset, size));
+    offset += size;
     r.returned_files.push_back(std::move(out));
   }
   return ExecResponse{std::move(r), nullptr};

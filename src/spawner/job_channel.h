@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -28,7 +29,7 @@
 namespace kiln::spawner {
 
 // A frame to a supervisor: a plan (code and policy; its input files travel
-// as fds beside it), or a session's file_put, whose content is still base64.
+// as fds beside it) or a session's request (a file_put's bytes: a memfd).
 inline constexpr size_t kMaxRequestBytes = 320u << 20;
 inline constexpr size_t kMaxResponseBytes = 512u << 20;  // outputs (returned files: a memfd)
 
@@ -51,6 +52,20 @@ class FramedChannel;
 // they have all come; an error when another frame comes first, or more fds
 // than the frame names.
 Result<SharedFds> ReadFdsBeside(FramedChannel& ch, const nlohmann::json& plan);
+
+// A memfd beside a frame holds what the frame says: a regular file sealed
+// against writes, shrinking and growing, of exactly `size` bytes.
+Status CheckSealedMemfd(int fd, uint64_t size);
+// `size` bytes of a memfd from `offset` (pread; its own offset left alone).
+Result<std::string> ReadMemfd(int fd, uint64_t offset, uint64_t size);
+// A session's file bytes (file_put's, file_get's answer) beside `frame`: one
+// sealed memfd in `fds`, and the frame says its "size" and "fds": 1.
+Result<nlohmann::json> EncodeFileBytes(nlohmann::json frame, std::string_view bytes,
+                                       SharedFds* fds);
+// The memfd and size of such a frame, checked (one memfd, sealed, its size
+// the frame's, at most max_bytes: kResourceExhausted).
+Result<std::pair<int, uint64_t>> FileBytesOf(const nlohmann::json& frame, const SharedFds& fds,
+                                             uint64_t max_bytes);
 
 nlohmann::json LimitsToJson(const config::LimitSpec& l);
 Result<config::LimitSpec> LimitsFromJson(const nlohmann::json& l);

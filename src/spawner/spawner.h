@@ -139,6 +139,8 @@ class CancelToken final {
 };
 
 class FramedChannel;
+// Fds that travel beside a frame on a job socket (SCM_RIGHTS), shared.
+using SharedFds = std::vector<std::shared_ptr<const UniqueFd>>;
 
 // The server's end of one session's supervisor (a kiln-supervise process that
 // keeps one sandbox and runs its cells). Closing it (the destructor) ends the
@@ -176,7 +178,10 @@ class SessionChannel final {
  private:
   friend class Spawner;
   SessionChannel();
-  Result<nlohmann::json> Call(const nlohmann::json& request);
+  // One request and its answer; `send` travels beside the request, and the
+  // fds beside the answer (its "fds" member) go to `received`.
+  Result<nlohmann::json> Call(const nlohmann::json& request, const SharedFds& send = {},
+                              SharedFds* received = nullptr);
   std::unique_ptr<FramedChannel> channel_;
   std::mutex write_mu_;
   nlohmann::json ready_;
@@ -269,7 +274,6 @@ class Spawner final {
 // Encoding of the job channel (job_channel.cc), exposed for unit tests: the
 // plan's frame, and in `fds` the open files that travel beside it (its
 // input files; fds[i] is the frame's fd i).
-using SharedFds = std::vector<std::shared_ptr<const UniqueFd>>;
 Result<nlohmann::json> EncodePlan(const ExecPlan& p, SharedFds* fds);
 Result<ExecPlan> DecodePlan(const nlohmann::json& j, SharedFds fds);
 Result<nlohmann::json> EncodeSessionPlan(const SessionPlan& p, SharedFds* fds);

@@ -302,5 +302,53 @@ TEST(JobResult, AMalformedResultOrAForgedMemfdIsRefused) {
   refused(*frame, {std::make_shared<const UniqueFd>(std::move(open_memfd))}, "not a sealed memfd");
 }
 
+// A session's file bytes beside a frame (file_put, file_get's answer): one
+// sealed memfd; the frame read with its fds leaves nothing for the next one,
+// even when recvmsg took the fds with the frame before them.
+TEST(JobFiles, FileBytesTravelInASealedMemfdAndNoFdsFrameIsLeftBehind) {
+  int sp[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+  UniqueFd server(sp[0]);
+  FramedChannel supervisor(UniqueFd(sp[1]), kMaxRequestBytes);
+  const std::string bytes("one\0two\xff", 8);
+  SharedFds fds;
+  auto put = EncodeFileBytes({{"type", "file_put"}, {"path", "a/b.bin"}}, bytes, &fds);
+  ASSERT_TRUE(put.ok());
+  EXPECT_EQ((*put)["size"], bytes.size());
+  EXPECT_FALSE(put->contains("content_base64"));
+  // Both requests are on the socket before the first is read.
+  ASSERT_TRUE(WriteFrameWithFds(server.get(), *put, fds).ok());
+  ASSERT_TRUE(WriteFrame(server.get(), {{"type", "file_list"}}).ok());
+  auto got = supervisor.Read();
+  ASSERT_TRUE(got.ok());
+  auto came = ReadFdsBeside(supervisor, *got);
+  ASSERT_TRUE(came.ok()) << came.error().message;
+  auto file = FileBytesOf(*got, *came, 1024);
+  ASSERT_TRUE(file.ok()) << file.error().message;
+  EXPECT_EQ(file->second, bytes.size());
+  auto read = ReadMemfd(file->first, 0, file->second);
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(*read, bytes);
+  auto next = supervisor.Read();
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ((*next)["type"], "file_list");  // not the "fds" frame
+
+  // Refused: over the cap, no memfd, a size that is not the memfd's, no size.
+  EXPECT_EQ(FileBytesOf(*got, *came, 7).error().code, Code::kResourceExhausted);
+  EXPECT_FALSE(FileBytesOf(*got, {}, 1024).ok());
+  nlohmann::json wrong = *got;
+  wrong["size"] = 9;
+  EXPECT_NE(FileBytesOf(wrong, *came, 1024).error().message.find("do not add up"),
+            std::string::npos);
+  wrong.erase("size");
+  EXPECT_EQ(FileBytesOf(wrong, *came, 1024).error().field, "size");
+  UniqueFd open_memfd(::memfd_create("unsealed", MFD_CLOEXEC));
+  ASSERT_EQ(::write(open_memfd.get(), bytes.data(), bytes.size()), 8);
+  EXPECT_NE(FileBytesOf(*got, {std::make_shared<const UniqueFd>(std::move(open_memfd))}, 1024)
+                .error()
+                .message.find("not a sealed memfd"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace kiln::spawner

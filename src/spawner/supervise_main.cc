@@ -9,7 +9,6 @@
 #include <utility>
 #include <vector>
 
-#include "base/base64.h"
 #include "base/log.h"
 #include "policy/policy.h"
 #include "spawner/job_channel.h"
@@ -234,6 +233,14 @@ void WriteResult(FramedChannel& ch, const supervisor::ExecutionResult& r) {
         const int ws = sbx.workspace_fd();
         Status done = OkStatus();
         nlohmann::json reply = {{"type", "ok"}};
+        SharedFds put_fds, reply_fds;
+        // The fds beside the request (a file_put's memfd) are read before
+        // anything can fail, so that none is left for the next request.
+        if (req.contains("fds")) {
+          auto beside = ReadFdsBeside(ch, req);
+          if (!beside.ok()) end_session("a malformed request: " + beside.error().message, true);
+          put_fds = std::move(*beside);
+        }
         if (ws < 0) {
           done = Internal("the session has no workspace");
         } else if (type == "file_list") {
@@ -252,25 +259,31 @@ void WriteResult(FramedChannel& ch, const supervisor::ExecutionResult& r) {
           if (!path.ok()) {
             done = std::move(path).error();
           } else if (type == "file_put") {
-            auto bytes = Base64Decode(req.value("content_base64", ""));
-            if (!bytes.ok()) {
-              done = InvalidArgument("content: not base64");
+            // The bytes: a sealed memfd, copied file to file into the workspace.
+            auto file = FileBytesOf(req, put_fds, caps.max_file_bytes);
+            if (!file.ok()) {
+              done = std::move(file).error();
             } else if (root) {
               auto ids = supervisor::ScopedFsIds::Enter(sbx.outer_uid(), sbx.outer_gid());
-              done = ids.ok() ? supervisor::WriteFileBeneath(ws, *path, *bytes, caps,
-                                                             sbx.outer_uid(), sbx.outer_gid())
+              done = ids.ok() ? supervisor::WriteFileBeneath(ws, *path, file->first, file->second,
+                                                             caps, sbx.outer_uid(), sbx.outer_gid())
                               : Status(std::move(ids).error());
             } else {
-              done = supervisor::WriteFileBeneath(ws, *path, *bytes, caps, sbx.outer_uid(),
-                                                  sbx.outer_gid());
+              done = supervisor::WriteFileBeneath(ws, *path, file->first, file->second, caps,
+                                                  sbx.outer_uid(), sbx.outer_gid());
             }
-            reply["size"] = bytes.ok() ? bytes->size() : 0;
+            reply["size"] = file.ok() ? file->second : 0;
           } else if (type == "file_get") {
             auto bytes = supervisor::ReadFileBeneath(ws, *path, caps.max_file_bytes);
             if (!bytes.ok()) {
               done = std::move(bytes).error();
             } else {
-              reply["content_base64"] = Base64Encode(*bytes);
+              auto encoded = EncodeFileBytes(reply, *bytes, &reply_fds);
+              if (encoded.ok()) {
+                reply = std::move(*encoded);
+              } else {
+                done = std::move(encoded).error();
+              }
             }
           } else if (type == "file_mkdir" || type == "file_move") {
             // Creations are made as the sandbox's uid (as file_put's).
@@ -294,7 +307,11 @@ void WriteResult(FramedChannel& ch, const supervisor::ExecutionResult& r) {
             done = supervisor::DeleteBeneath(ws, *path);
           }
         }
-        (void)ch.Write(done.ok() ? reply : ErrorFrame(done.error()));
+        if (done.ok()) {
+          (void)WriteFrameWithFds(ch.fd(), reply, reply_fds);
+        } else {
+          (void)ch.Write(ErrorFrame(done.error()));
+        }
       } else {
         (void)ch.Write(ErrorFrame(InvalidArgument("unknown session request '" + type + "'")));
       }

@@ -1086,9 +1086,9 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Adopt(const HostContext& host,
     KILN_ASSIGN_OR_RETURN(ScopedFsIds ids, ScopedFsIds::Enter(a.host_uid, a.host_uid));
     const WorkspaceCaps caps{s.limits.workspace_bytes, s.limits.workspace_bytes};
     for (const auto& in : inputs) {
-      KILN_ASSIGN_OR_RETURN(std::string bytes, ReadInput(in));
-      KILN_TRY(
-          WriteFileBeneath(s.workspace_fd.get(), in.name, bytes, caps, a.host_uid, a.host_uid));
+      // File to file in the kernel (sendfile): no copy through this process.
+      KILN_TRY(WriteFileBeneath(s.workspace_fd.get(), in.name, in.fd, in.size, caps, a.host_uid,
+                                a.host_uid));
     }
   }
   s.t_planned = s.t_cgroup = s.t_cloned = s.t_maps = s.t_workspace = s.t_worker = s.t_attach_asked =

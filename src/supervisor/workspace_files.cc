@@ -5,6 +5,7 @@
 #include <linux/openat2.h>
 #include <sys/fsuid.h>
 #include <sys/random.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -306,11 +307,77 @@ ScopedFsIds::~ScopedFsIds() {
   ::setfsgid(previous_gid_);
 }
 
+namespace {
+
+// `size` bytes of `in` from offset 0 to `out`'s position: sendfile, so that
+// they go file to file in the kernel (a memfd or a tmpfs file supports it);
+// read and write where it does not. The source ending early is an error.
+Status CopyFd(int in, uint64_t size, int out, const std::string& what) {
+  off_t offset = 0;
+  bool use_sendfile = true;
+  std::string buffer;
+  while (static_cast<uint64_t>(offset) < size) {
+    const size_t want = static_cast<size_t>(
+        std::min<uint64_t>(size - static_cast<uint64_t>(offset), uint64_t{1} << 30));
+    ssize_t n;
+    if (use_sendfile) {
+      n = ::sendfile(out, in, &offset, want);
+      if (n < 0 && (errno == EINVAL || errno == ENOSYS) && offset == 0) {
+        use_sendfile = false;
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return FsError("write " + what + " in the workspace", errno);
+    } else {
+      if (buffer.empty()) buffer.resize(1u << 16);
+      n = ::pread(in, buffer.data(), std::min(want, buffer.size()), offset);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return ErrnoError("read the bytes of " + what);
+      if (n > 0 && sys::WriteAll(out, buffer.data(), static_cast<size_t>(n)) != 0) {
+        return FsError("write " + what + " in the workspace", errno);
+      }
+      offset += n;
+    }
+    if (n == 0) {
+      return Internal("the bytes of " + what + " end at " + std::to_string(offset) + " of " +
+                      std::to_string(size));
+    }
+  }
+  return OkStatus();
+}
+
+// What WriteFileBeneath writes: `bytes`, or `size` bytes of `fd` when fd >= 0.
+struct FileSource {
+  int fd = -1;
+  uint64_t size = 0;
+  std::string_view bytes;
+};
+Status WriteSourceBeneath(int workspace_fd, const std::string& path, const FileSource& source,
+                          const WorkspaceCaps& caps, uid_t owner, gid_t group);
+
+}  // namespace
+
 Status WriteFileBeneath(int workspace_fd, const std::string& path, std::string_view bytes,
                         const WorkspaceCaps& caps, uid_t owner, gid_t group) {
+  return WriteSourceBeneath(workspace_fd, path, FileSource{-1, bytes.size(), bytes}, caps, owner,
+                            group);
+}
+
+Status WriteFileBeneath(int workspace_fd, const std::string& path, int source_fd, uint64_t size,
+                        const WorkspaceCaps& caps, uid_t owner, gid_t group) {
+  if (source_fd < 0) return InvalidArgument("write a file: no source fd");
+  return WriteSourceBeneath(workspace_fd, path, FileSource{source_fd, size, {}}, caps, owner,
+                            group);
+}
+
+namespace {
+
+Status WriteSourceBeneath(int workspace_fd, const std::string& path, const FileSource& source,
+                          const WorkspaceCaps& caps, uid_t owner, gid_t group) {
   KILN_ASSIGN_OR_RETURN(const std::string clean, NormalizeWorkspacePath(path));
-  if (bytes.size() > caps.max_file_bytes) {
-    return MakeError(Code::kResourceExhausted, Quote(clean) + ": " + std::to_string(bytes.size()) +
+  const uint64_t size = source.size;
+  if (size > caps.max_file_bytes) {
+    return MakeError(Code::kResourceExhausted, Quote(clean) + ": " + std::to_string(size) +
                                                    " bytes is over the per-file cap of " +
                                                    std::to_string(caps.max_file_bytes));
   }
@@ -329,11 +396,10 @@ Status WriteFileBeneath(int workspace_fd, const std::string& path, std::string_v
   }
   KILN_ASSIGN_OR_RETURN(const uint64_t total, WorkspaceTotal(workspace_fd));
   const uint64_t others = total - std::min(total, replaced);
-  if (bytes.size() > caps.max_workspace_bytes || others > caps.max_workspace_bytes - bytes.size()) {
-    return MakeError(Code::kResourceExhausted, Quote(clean) + ": the workspace would hold " +
-                                                   std::to_string(others + bytes.size()) +
-                                                   " bytes, over its cap of " +
-                                                   std::to_string(caps.max_workspace_bytes));
+  if (size > caps.max_workspace_bytes || others > caps.max_workspace_bytes - size) {
+    return MakeError(Code::kResourceExhausted,
+                     Quote(clean) + ": the workspace would hold " + std::to_string(others + size) +
+                         " bytes, over its cap of " + std::to_string(caps.max_workspace_bytes));
   }
 
   const Owner ids{owner, group};
@@ -347,7 +413,9 @@ Status WriteFileBeneath(int workspace_fd, const std::string& path, std::string_v
   }
   if (!out) return FsError("create a temporary file next to " + Quote(clean), errno);
   Cleanup remove_temp([&] { ::unlinkat(parent.get(), temp.c_str(), 0); });
-  if (sys::WriteAll(out.get(), bytes.data(), bytes.size()) != 0) {
+  if (source.fd >= 0) {
+    KILN_TRY(CopyFd(source.fd, size, out.get(), Quote(clean)));
+  } else if (sys::WriteAll(out.get(), source.bytes.data(), source.bytes.size()) != 0) {
     return FsError("write " + Quote(clean) + " in the workspace", errno);
   }
   if (::fchown(out.get(), owner, group) != 0) {
@@ -367,6 +435,8 @@ Status WriteFileBeneath(int workspace_fd, const std::string& path, std::string_v
   remove_temp.Release();
   return OkStatus();
 }
+
+}  // namespace
 
 Result<std::string> ReadFileBeneath(int workspace_fd, const std::string& path, uint64_t max_bytes) {
   KILN_ASSIGN_OR_RETURN(const std::string clean, NormalizeWorkspacePath(path));

@@ -127,6 +127,12 @@ class [[nodiscard]] ScopedFsIds final {
 // way: kInvalidArgument / kFailedPrecondition, nothing created past it.
 Status WriteFileBeneath(int workspace_fd, const std::string& path, std::string_view bytes,
                         const WorkspaceCaps& caps, uid_t owner, gid_t group);
+// The same, with the first `size` bytes of `source_fd` (a regular file read
+// from offset 0 with pread/sendfile, its own offset left alone: a sealed
+// memfd, an input file), copied file to file in the kernel; a source shorter
+// than `size` is an error and leaves nothing behind.
+Status WriteFileBeneath(int workspace_fd, const std::string& path, int source_fd, uint64_t size,
+                        const WorkspaceCaps& caps, uid_t owner, gid_t group);
 
 // Reads the regular file at `path` beneath `workspace_fd`, up to `max_bytes`.
 // Opened O_RDONLY|O_NONBLOCK (a fifo cannot block the supervisor) and checked

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/fsuid.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -159,6 +160,40 @@ TEST_F(WorkspaceFilesTest, WritesAndReadsFiveMebibytesOfRandomBytes) {
   auto empty = ReadFileBeneath(ws_fd_.get(), "empty", 0);
   ASSERT_TRUE(empty.ok());
   EXPECT_EQ(*empty, "");
+}
+
+// From an fd (an input's memfd, a session's file_put): file to file, exactly
+// `size` bytes from offset 0, whatever the fd's own offset; a source shorter
+// than it says leaves nothing behind; the caps count `size`.
+TEST_F(WorkspaceFilesTest, WritesFromAnFdFileToFile) {
+  std::string bytes(3 << 20, '\0');
+  std::mt19937_64 rng(20261204);
+  for (char& c : bytes) c = static_cast<char>(rng());
+  UniqueFd src(::memfd_create("src", MFD_CLOEXEC));
+  ASSERT_TRUE(src.valid());
+  ASSERT_EQ(::write(src.get(), bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  ASSERT_TRUE(WriteFileBeneath(ws_fd_.get(), "d/from_fd.bin", src.get(), bytes.size(), kRoomy,
+                               ::getuid(), ::getgid())
+                  .ok());
+  EXPECT_TRUE(Slurp(Ws("d/from_fd.bin")) == bytes);
+  // A prefix only.
+  ASSERT_TRUE(
+      WriteFileBeneath(ws_fd_.get(), "head", src.get(), 10, kRoomy, ::getuid(), ::getgid()).ok());
+  EXPECT_EQ(Slurp(Ws("head")), bytes.substr(0, 10));
+  // Shorter than it says: an error, no file, no temporary left.
+  auto short_src = WriteFileBeneath(ws_fd_.get(), "short", src.get(), bytes.size() + 1, kRoomy,
+                                    ::getuid(), ::getgid());
+  ASSERT_FALSE(short_src.ok());
+  EXPECT_NE(short_src.error().message.find("end at"), std::string::npos)
+      << short_src.error().message;
+  EXPECT_FALSE(fs::exists(Ws("short")));
+  EXPECT_TRUE(TempFilesIn(ws_.path()).empty());
+  // The caps count the size asked for.
+  EXPECT_EQ(CodeOf(WriteFileBeneath(ws_fd_.get(), "big", src.get(), bytes.size(),
+                                    {bytes.size() - 1, 1ULL << 30}, ::getuid(), ::getgid())),
+            Code::kResourceExhausted);
+  EXPECT_EQ(CodeOf(WriteFileBeneath(ws_fd_.get(), "x", -1, 1, kRoomy, ::getuid(), ::getgid())),
+            Code::kInvalidArgument);
 }
 
 TEST_F(WorkspaceFilesTest, CreatesNestedDirectories) {

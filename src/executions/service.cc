@@ -4,6 +4,8 @@
 #include <sys/socket.h>
 
 #include <cstdlib>
+#include <future>
+#include <system_error>
 
 #include "base/log.h"
 #include "store/api_key.h"
@@ -274,15 +276,30 @@ Outcome Service::Run(const Job& job, Runner& runner, spawner::CancelToken* cance
     }
     permit.emplace(std::move(acquired).value());
   }
-  if (deps_.store != nullptr) {
-    if (Status st = deps_.store->BeginExecution(audit); !st.ok()) {
-      out.error = MakeError(Code::kInternal, "audit log: " + st.error().ToString());
-      return out;
-    }
-  }
-
   std::optional<spawner::CancelToken> own;
   if (cancel == nullptr) cancel = &own.emplace();
+  // The "running" row is written while the sandbox is handed the job, not
+  // before: one store round trip (and its commit) off the request's path
+  // (docs/adr/0020). Its failure still fails the execution closed: the
+  // token cancels the run at once, and the answer is the store's error,
+  // never the program's result. At most that round trip of a program can run
+  // before the failure is known, with no row; a row that was begun is always
+  // finished (or marked interrupted by the fleet) before Run returns.
+  std::future<Status> begun;
+  if (deps_.store != nullptr) {
+    auto begin = [store = deps_.store, &audit, cancel] {
+      Status st = store->BeginExecution(audit);
+      if (!st.ok()) cancel->Cancel();
+      return st;
+    };
+    try {
+      begun = std::async(std::launch::async, begin);
+    } catch (const std::system_error&) {  // no thread to spare: before the run, as it was
+      std::promise<Status> now;
+      now.set_value(begin());
+      begun = now.get_future();
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     running_.emplace(cancel, job.caller.tenant);
@@ -310,6 +327,14 @@ Outcome Service::Run(const Job& job, Runner& runner, spawner::CancelToken* cance
   idle_.notify_all();
   if (permit) permit->Reset();
   set_active();
+  if (begun.valid()) {
+    if (Status st = begun.get(); !st.ok()) {
+      KILN_LOG_ERROR("audit log: execution {} was cancelled: {}", out.id, st.error().ToString());
+      out.response.reset();
+      out.error = MakeError(Code::kInternal, "audit log: " + st.error().ToString());
+      return out;
+    }
+  }
 
   store::AuditFinish f;
   if (!response.ok()) {

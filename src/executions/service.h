@@ -82,8 +82,11 @@ struct Outcome {
   std::string id;  // the execution's (audit row, logs, the response's "id")
   std::optional<spawner::ExecResponse> response;
   std::optional<admission::Rejection> rejection;  // turned away: 429/503 with Retry-After
-  std::optional<Error> error;  // refused before running, the audit log failed, or the runner's
-  bool ran = false;            // the runner was called: `error` is then the runner's
+  // Refused before running, the audit log failed (before the run: a
+  // rejection's row; beside it: the "running" row, which cancels the run),
+  // or the runner's.
+  std::optional<Error> error;
+  bool ran = false;  // the runner was called: `error` is then the runner's or the audit log's
 };
 
 struct Deps {

@@ -5,9 +5,11 @@
 
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sqlite3.h>
 #include <stdlib.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <future>
@@ -142,9 +144,15 @@ class ServiceTest : public ::testing::Test {
 
 TEST_F(ServiceTest, AnExecutionIsAuditedFromBeginToItsResultAndCounted) {
   FakeRunner runner([this](const spawner::CancelToken&) -> kiln::Result<spawner::ExecResponse> {
-    // While it runs: its row says "running", and it holds a sandbox slot.
-    auto rows = store_->Query({});
-    EXPECT_TRUE(rows.ok() && rows->size() == 1 && (*rows)[0].status == "running");
+    // While it runs: its row says "running" (written beside the run's
+    // start, so it may take a moment), and it holds a sandbox slot.
+    bool running = false;
+    for (int i = 0; i < 500 && !running; ++i) {
+      auto rows = store_->Query({});
+      running = rows.ok() && rows->size() == 1 && (*rows)[0].status == "running";
+      if (!running) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(running);
     EXPECT_TRUE(HasLine(metrics_.Render(), "kiln_active_sandboxes 1"));
     EXPECT_EQ(service_->running(), 1u);
     return Answer({{"status", "error"},
@@ -221,6 +229,44 @@ TEST_F(ServiceTest, ATenantOverItsRateIsTurnedAwayAsItsQuota) {
   EXPECT_EQ(Row(second.id).status, "rejected");
   EXPECT_EQ(Rows(), 2u);
   EXPECT_TRUE(HasLine(metrics_.Render(), "kiln_rejections_total{reason=\"rate\"} 1"));
+}
+
+// The "running" row is written beside the run's start; when the store
+// refuses it, the run is cancelled and the answer is the store's error,
+// never the program's result.
+TEST_F(ServiceTest, ARunningRowTheStoreRefusesCancelsTheRunAndFailsIt) {
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((tmp_.path() + "/kiln.db").c_str(), &db), SQLITE_OK);
+    char* err = nullptr;
+    const int rc = sqlite3_exec(db,
+                                "CREATE TRIGGER refuse_running BEFORE INSERT ON executions "
+                                "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END;",
+                                nullptr, nullptr, &err);
+    EXPECT_EQ(rc, SQLITE_OK) << (err ? err : "");
+    sqlite3_free(err);
+    sqlite3_close(db);
+  }
+  std::atomic<bool> cancelled{false};
+  FakeRunner runner([&](const spawner::CancelToken& cancel) -> kiln::Result<spawner::ExecResponse> {
+    pollfd pfd{cancel.fd(), POLLIN, 0};
+    if (::poll(&pfd, 1, 10000) != 1) return Answer({{"status", "ok"}, {"stdout", "ran"}});
+    cancelled = true;
+    return Answer({{"status", "cancelled"}, {"reason", "cancelled"}});
+  });
+  Outcome out = service_->Run(MakeJob(), runner);
+  EXPECT_EQ(runner.calls, 1);
+  EXPECT_TRUE(cancelled);
+  ASSERT_TRUE(out.error.has_value());
+  EXPECT_EQ(out.error->code, Code::kInternal);
+  EXPECT_NE(out.error->message.find("audit log"), std::string::npos) << out.error->message;
+  EXPECT_NE(out.error->message.find("refused by the test"), std::string::npos)
+      << out.error->message;
+  EXPECT_FALSE(out.response.has_value());
+  EXPECT_EQ(Rows(), 0u);
+  EXPECT_EQ(admission_->active(), 0);
+  EXPECT_EQ(service_->running(), 0u);
+  EXPECT_EQ(metrics_.Render().find("kiln_executions_total{"), std::string::npos);
 }
 
 TEST_F(ServiceTest, ARunnerErrorIsAnInternalErrorRow) {

@@ -272,12 +272,14 @@ def main():
             try:
                 store = pg.database()
                 key = make_key(kiln, tmp, store)
-                if "postgres" in configs and args.baseline_kiln:
-                    # The baseline binary on the same store, alternating with
-                    # this one (twice each, the better p50 kept), one node up
-                    # at a time: the PostgreSQL path's change between them.
-                    pg_runs = [("postgres", kiln),
-                               ("postgres-baseline", os.path.abspath(args.baseline_kiln))] * 2
+                if "postgres" in configs:
+                    # With --baseline-kiln, that binary on the same store too,
+                    # alternating with this one (twice each, the better p50
+                    # kept), one node up at a time.
+                    pg_runs = [("postgres", kiln)]
+                    if args.baseline_kiln:
+                        pg_runs = (pg_runs + [("postgres-baseline",
+                                               os.path.abspath(args.baseline_kiln))]) * 2
                     for i, (name, binary) in enumerate(pg_runs):
                         node = Node(binary, tmp, "pg%d" % i, store)
                         r = measure(lambda: http.client.HTTPConnection("127.0.0.1", node.port),
@@ -285,13 +287,7 @@ def main():
                         node.stop()
                         if name not in results or r["p50_ms"] < results[name]["p50_ms"]:
                             results[name] = r
-                    nodes = [Node(kiln, tmp, "kiln-0", store)]
-                else:
-                    nodes = [Node(kiln, tmp, "kiln-0", store)]
-                    if "postgres" in configs:
-                        results["postgres"] = measure(
-                            lambda: http.client.HTTPConnection("127.0.0.1", nodes[0].port), key,
-                            args.requests)
+                nodes = [Node(kiln, tmp, "kiln-0", store)]
                 for n in (1, 2, 3):
                     if "haproxy-%d" % n not in configs:
                         continue

@@ -13,7 +13,7 @@ BUILD_PKGS := cmake g++ make pkg-config libseccomp-dev nlohmann-json3-dev libboo
   libgtest-dev libgmock-dev prometheus-cpp-dev libre2-dev libpq-dev
 PYTHON_PKGS := python3 python3-numpy python3-pandas python3-matplotlib python3-scipy \
   python3-sklearn python3-sympy python3-pil python3-openpyxl python3-requests fonts-dejavu-core
-TEST_PKGS := bubblewrap procps curl wrk clang-format-16 postgresql haproxy
+TEST_PKGS := bubblewrap procps curl wrk clang-format-16 postgresql haproxy openssl python3-yaml
 # The gVisor backend (backend = "gvisor", docs/adr/0021) and its test tiers.
 GVISOR_PKGS := runsc
 # The web pages (web/README.md) are bundled with npm and esbuild at build time

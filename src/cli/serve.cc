@@ -21,6 +21,7 @@
 #include "server/server.h"
 #include "sessions/session_manager.h"
 #include "spawner/spawner.h"
+#include "store/backends.h"
 #include "store/store.h"
 #include "supervisor/sandbox.h"
 
@@ -32,6 +33,9 @@ struct ServeFlags {
   std::string listen;
   std::string data_dir;
   std::string store_url;
+  std::string node;
+  std::string advertise;
+  bool check = false;
 };
 
 int Fail(const std::string& message, int code = 1) {
@@ -61,6 +65,39 @@ bool IsStaleSandboxCgroup(const std::string& name) {
          (comm != "kiln" && comm != "kiln-supervise" && comm != "kiln-pool");
 }
 
+// `kiln serve --check`: the configuration as this node would run it, read and
+// validated, then described; nothing is started, opened or connected to (like
+// `haproxy -c` and `nginx -t`, for a deploy pipeline or an init container).
+int CheckOnly(const ServeFlags& f, const config::Config& cfg) {
+  std::cout << "kiln serve: the configuration is valid ("
+            << (f.config.empty() ? std::string("built-in kiln.toml") : f.config) << ")\n";
+  std::cout << "  listen    " << cfg.server.listen << "\n";
+  if (cfg.store.url.empty()) {
+    std::cout << "  store     SQLite in " << cfg.server.data_dir << "\n";
+  } else {
+    const std::string node =
+        cfg.fleet.node.empty() ? fleet::NodeIdFromHostname() + " (the host name)" : cfg.fleet.node;
+    std::cout << "  store     " << store::RedactUrl(cfg.store.url) << " (" << cfg.store.pool
+              << " connections)\n"
+              << "  fleet     node " << node << ", advertise "
+              << (cfg.fleet.advertise.empty() ? cfg.server.listen : cfg.fleet.advertise)
+              << ", heartbeat " << cfg.fleet.heartbeat_s << " s, node_timeout "
+              << cfg.fleet.node_timeout_s << " s, drain_wait " << cfg.fleet.drain_wait_s << " s\n";
+  }
+  for (const auto& [name, profile] : cfg.profiles) {
+    std::cout << "  profile   " << name << (name == cfg.server.default_profile ? " (default)" : "")
+              << ": " << policy::ToString(profile.backend) << ", " << profile.interpreter;
+    if (!profile.preload.empty()) {
+      std::cout << ", preload";
+      for (const auto& m : profile.preload) std::cout << " " << m;
+    }
+    std::cout << "\n";
+  }
+  std::cout << "  tenants   " << cfg.tenants.size() << " configured, " << cfg.server.max_sessions
+            << " sessions at most, shutdown_grace " << cfg.server.shutdown_grace_s << " s\n";
+  return 0;
+}
+
 int DoServe(const ServeFlags& f) {
   // A server logs one line per request at info (KILN_LOG overrides).
   if (std::getenv("KILN_LOG") == nullptr) spdlog::set_level(spdlog::level::info);
@@ -71,10 +108,35 @@ int DoServe(const ServeFlags& f) {
   if (!f.listen.empty()) cfg.server.listen = f.listen;
   if (!f.data_dir.empty()) cfg.server.data_dir = f.data_dir;
   if (cfg.server.data_dir.empty()) cfg.server.data_dir = store::DefaultDataDir();
-  if (!f.store_url.empty()) cfg.store.url = f.store_url;
+  if (!f.store_url.empty()) {
+    if (Status st = config::CheckStoreUrl(f.store_url); !st.ok()) {
+      return Fail("--store: " + st.error().message, kExitUsage);
+    }
+    cfg.store.url = f.store_url;
+  }
+  // Per-node values of a fleet whose nodes share one kiln.toml (a Kubernetes
+  // ConfigMap): the pod's name and address come as flags.
+  if (!f.node.empty()) {
+    if (Status st = config::CheckNodeId(f.node); !st.ok()) {
+      return Fail("--node: " + st.error().message, kExitUsage);
+    }
+    cfg.fleet.node = f.node;
+  }
+  if (!f.advertise.empty()) {
+    if (Status st = config::CheckHostPort(f.advertise); !st.ok()) {
+      return Fail("--advertise: " + st.error().message, kExitUsage);
+    }
+    cfg.fleet.advertise = f.advertise;
+  }
+  if (cfg.store.url.empty() && (!f.node.empty() || !f.advertise.empty())) {
+    return Fail(std::string(f.node.empty() ? "--advertise" : "--node") +
+                    ": only for a node of a fleet (a PostgreSQL store: --store or [store] url)",
+                kExitUsage);
+  }
   if (cfg.server.concurrency == 0) {
     cfg.server.concurrency = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
+  if (f.check) return CheckOnly(f, cfg);
 
   // --- The host, once; leftovers of a crashed server; readiness.
   auto host = supervisor::LoadHostContext();
@@ -268,6 +330,14 @@ void RegisterServe(CLI::App& app, Action* action) {
   serve->add_option("--data-dir", flags->data_dir, "Where the SQLite database lives");
   serve->add_option("--store", flags->store_url,
                     "The PostgreSQL store (postgresql://...) a fleet shares ([store] url)");
+  serve->add_option(
+      "--node", flags->node,
+      "This node's id in the fleet, [a-z0-9-] ([fleet] node; default: the host name)");
+  serve->add_option(
+      "--advertise", flags->advertise,
+      "HOST:PORT the fleet reaches this node at ([fleet] advertise; default: listen)");
+  serve->add_flag("--check", flags->check,
+                  "Validate the configuration and flags, describe them, and exit (starts nothing)");
   serve->callback([flags, action] { *action = [flags] { return DoServe(*flags); }; });
 
   // The spawner process of `kiln serve` and `kiln mcp` (spawner::Spawner

@@ -478,9 +478,8 @@ Result<StoreConfig> ParseStore(const std::string& source, const toml::table& t) 
     if (key == "url") {
       auto v = node.value<std::string>();
       if (!v || !node.is_string()) return KeyError(source, node, full, "must be a string");
-      if (!v->empty() && v->rfind("postgresql://", 0) != 0 && v->rfind("postgres://", 0) != 0) {
-        return KeyError(source, node, full,
-                        "must be a postgresql:// URL (leave it out for SQLite in data_dir)");
+      if (Status st = CheckStoreUrl(*v); !st.ok()) {
+        return KeyError(source, node, full, st.error().message);
       }
       c.url = *v;
     } else if (key == "pool") {
@@ -507,11 +506,8 @@ Result<FleetConfig> ParseFleet(const std::string& source, const toml::table& t) 
       auto v = node.value<std::string>();
       if (!v || !node.is_string() || v->empty())
         return KeyError(source, node, full, "must be a non-empty string");
-      if (key == "node") {
-        const bool ok = v->size() <= 32 && v->find_first_not_of(
-                                               "abcdefghijklmnopqrstuvwxyz"
-                                               "0123456789-") == std::string::npos;
-        if (!ok) return KeyError(source, node, full, "use 1-32 characters of a-z 0-9 -");
+      if (Status st = key == "node" ? CheckNodeId(*v) : CheckHostPort(*v); !st.ok()) {
+        return KeyError(source, node, full, st.error().message);
       }
       (key == "node" ? c.node : c.advertise) = *v;
     } else if (key == "heartbeat" || key == "node_timeout" || key == "drain_wait") {
@@ -705,6 +701,34 @@ Result<EventsConfig> ParseEvents(const std::string& source, const toml::table& t
 }
 
 }  // namespace
+
+Status CheckNodeId(std::string_view id) {
+  const bool ok =
+      !id.empty() && id.size() <= 32 &&
+      id.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") == std::string_view::npos;
+  if (!ok) return InvalidArgument("use 1-32 characters of a-z 0-9 -");
+  return {};
+}
+
+Status CheckStoreUrl(std::string_view url) {
+  if (url.empty() || url.starts_with("postgresql://") || url.starts_with("postgres://")) return {};
+  return InvalidArgument("must be a postgresql:// URL (leave it out for SQLite in data_dir)");
+}
+
+Status CheckHostPort(std::string_view address) {
+  const auto colon = address.rfind(':');
+  const std::string_view host = colon == std::string_view::npos ? "" : address.substr(0, colon);
+  const std::string_view port = colon == std::string_view::npos ? "" : address.substr(colon + 1);
+  int number = 0;
+  bool ok = !host.empty() && host != "[]" && !port.empty() && port.size() <= 5 &&
+            port.find_first_not_of("0123456789") == std::string_view::npos;
+  if (ok) {
+    for (char c : port) number = number * 10 + (c - '0');
+    ok = number >= 1 && number <= 65535;
+  }
+  if (!ok) return InvalidArgument("must be HOST:PORT with a port 1-65535");
+  return {};
+}
 
 std::string_view ToString(AuditAction a) {
   switch (a) {

@@ -223,6 +223,15 @@ struct Config {
 // with room to add to now().
 inline constexpr double kMaxSeconds = 1e9;
 
+// The rules kiln.toml and `kiln serve`'s flags share; each returns the rule
+// a bad value breaks, without the key or flag (the caller names it).
+// A fleet node id: 1-32 characters of [a-z0-9-] (it is the key in session ids).
+Status CheckNodeId(std::string_view id);
+// A store URL: postgresql://... or postgres://... ("" is the SQLite default).
+Status CheckStoreUrl(std::string_view url);
+// HOST:PORT with a non-empty host and a port 1..65535 ("[::1]:80" too).
+Status CheckHostPort(std::string_view address);
+
 // Parses TOML text; `source` names it in errors ("kiln.toml:12: ...").
 Result<Config> ParseConfig(std::string_view text, std::string source);
 Result<Config> LoadConfigFile(const std::string& path);

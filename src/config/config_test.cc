@@ -446,10 +446,35 @@ TEST(Config, Fleet) {
   EXPECT_EQ(c->fleet.heartbeat_s, 1);
   EXPECT_EQ(c->fleet.node_timeout_s, 5);
   for (const char* bad : {"[fleet]\nnode = \"Kiln.1\"\n", "[fleet]\nheartbeat = 0\n",
-                          "[fleet]\nheartbeat = 3\nnode_timeout = 5\n", "[fleet]\nx = 1\n"}) {
+                          "[fleet]\nheartbeat = 3\nnode_timeout = 5\n", "[fleet]\nx = 1\n",
+                          "[fleet]\nadvertise = \"10.0.0.1\"\n", "[fleet]\nadvertise = \":8080\"\n",
+                          "[fleet]\nadvertise = \"h:0\"\n", "[fleet]\nadvertise = \"h:65536\"\n",
+                          "[fleet]\nadvertise = \"h:80x\"\n"}) {
     auto r = ParseConfig(profile + bad, "t.toml");
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.error().message.find("fleet"), std::string::npos) << r.error().message;
+  }
+}
+
+TEST(Config, TheRulesFlagsShareWithTheFile) {
+  EXPECT_TRUE(CheckNodeId("kiln-0").ok());
+  EXPECT_TRUE(CheckNodeId(std::string(32, 'a')).ok());
+  for (const char* bad : {"", "Kiln", "kiln_0", "kiln.0", "kiln 0"}) {
+    EXPECT_FALSE(CheckNodeId(bad).ok()) << bad;
+  }
+  EXPECT_FALSE(CheckNodeId(std::string(33, 'a')).ok());
+  for (const char* good : {"", "postgresql://u@h/db", "postgres:///db?host=/run"}) {
+    EXPECT_TRUE(CheckStoreUrl(good).ok()) << good;
+  }
+  for (const char* bad : {"mysql://h/db", "/var/lib/kiln", "postgresql:/h"}) {
+    EXPECT_FALSE(CheckStoreUrl(bad).ok()) << bad;
+  }
+  for (const char* good : {"10.0.0.1:8080", "kiln-0.kiln.kiln.svc:1", "[::1]:65535"}) {
+    EXPECT_TRUE(CheckHostPort(good).ok()) << good;
+  }
+  for (const char* bad :
+       {"", "10.0.0.1", ":80", "h:", "h:0", "h:65536", "h:123456", "[]:80", "h:-1", "h: 80"}) {
+    EXPECT_FALSE(CheckHostPort(bad).ok()) << bad;
   }
 }
 

@@ -187,6 +187,48 @@ TEST_F(Cli, FileRunsAScript) {
   EXPECT_EQ(p.out, "script 42 /workspace\n");
 }
 
+// --- kiln serve --check: the configuration as a node would run it, and
+// nothing started (no port bound, no store opened: the URL's host does not
+// exist).
+TEST(ServeCheck, DescribesAValidNodeAndStartsNothing) {
+  TempDir dir;
+  WriteFile(dir.path() + "/kiln.toml",
+            "[server]\nlisten = \"0.0.0.0:8080\"\n[fleet]\nheartbeat = 2\n"
+            "[profiles.default]\ninterpreter = \"/usr/bin/python3\"\n");
+  const ProcessResult p = RunKiln({"serve", "--check", "--config", dir.path() + "/kiln.toml",
+                                   "--store", "postgresql://kiln:s3cret@db.invalid:5432/kiln",
+                                   "--node", "kiln-7", "--advertise", "10.9.8.7:8080"});
+  EXPECT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_NE(p.out.find("the configuration is valid"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("node kiln-7, advertise 10.9.8.7:8080,"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("postgresql://kiln@db.invalid:5432/kiln"), std::string::npos) << p.out;
+  EXPECT_EQ((p.out + p.err).find("s3cret"), std::string::npos) << "the password was printed";
+  EXPECT_LT(p.elapsed_ms, 5000);
+}
+
+TEST(ServeCheck, RefusesBadFlagsNamingThem) {
+  TempDir dir;
+  WriteFile(dir.path() + "/bad.toml", "[fleet]\nnode = \"Kiln.1\"\n");
+  const std::string store = "postgresql://kiln@db.invalid/kiln";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--store", store, "--node", "Kiln_1"}, "--node: use 1-32 characters"},
+      {{"--store", store, "--advertise", "10.0.0.1"}, "--advertise: must be HOST:PORT"},
+      {{"--store", store, "--advertise", "h:0"}, "--advertise: must be HOST:PORT"},
+      {{"--store", "mysql://db/kiln"}, "--store: must be a postgresql:// URL"},
+      {{"--node", "kiln-1"}, "--node: only for a node of a fleet"},
+      {{"--config", dir.path() + "/bad.toml"}, "fleet.node"},
+  };
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> args{"serve", "--check"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const ProcessResult p = RunKiln(args);
+    EXPECT_EQ(p.exit_code, 2) << message << ": " << p.err;
+    EXPECT_NE(p.err.find(message), std::string::npos)
+        << "stderr lacks '" << message << "': " << p.err;
+    EXPECT_EQ(p.out, "");
+  }
+}
+
 // --- Usage errors: exit 2, a message on stderr, nothing run.
 
 struct UsageCase {

@@ -128,12 +128,94 @@ int ChownEntry(const char* path, const struct stat*, int, FTW*) {
                                                                                                : -1;
 }
 
-// The helper, after fork (the supervisor is single-threaded): waits for its
-// cgroup, builds the root in a mount namespace of its own, sends the
-// workspace's fd, becomes runsc. Any failure: a text on `ctl`, exit 127.
+// The keeper's records on its control socket (SOCK_SEQPACKET), both ways.
+// To the keeper: 'K' (kill runsc now), 'I' + a signal number (`runsc kill`).
+// From it: 'i' + 0/1 (the signal was delivered), then, once, KeeperExit.
+struct KeeperExit {
+  char tag = 'X';
+  int32_t status = 0;  // runsc's wait status
+  rusage ru{};         // what wait4 reaped of it
+};
+
+// `runsc kill ID SIG` from the keeper (in the mount namespace that holds
+// runsc's state): runsc delivers it to the program, the container's init.
+bool RunscKill(const std::string& runsc, const std::string& id, int sig) {
+  const pid_t pid = ::fork();
+  if (pid < 0) return false;
+  if (pid == 0) {
+    const int null = ::open("/dev/null", O_RDWR);
+    if (null >= 0) {
+      ::dup2(null, 0);
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+    }
+    ::close_range(3, ~0U, 0);
+    const std::string root = std::string("--root=") + kStateDir;
+    const std::string signal = std::to_string(sig);
+    const char* args[] = {runsc.c_str(), root.c_str(), "kill", id.c_str(), signal.c_str(), nullptr};
+    char* const envp[] = {const_cast<char*>("PATH=/usr/bin:/bin"), nullptr};
+    ::execve(args[0], const_cast<char* const*>(args), envp);
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// The keeper: what is left of the helper once runsc runs, its parent. It
+// reports runsc's wait status on `ctl`, so that whoever holds that socket
+// (the supervisor that launched it, or the one a pooled sandbox was handed
+// to, which is nobody's parent) learns how the program ended; it runs the
+// `runsc kill` of interrupts where runsc's state is; and it ends runsc when
+// the socket's last holder is gone. runsc dies with it (PR_SET_PDEATHSIG).
+[[noreturn]] void RunKeeper(int ctl, pid_t runsc_pid, const std::string& runsc,
+                            const std::string& id) {
+  const int pidfd = sys::PidfdOpen(runsc_pid, 0);
+  auto finish = [&](bool kill_first) {
+    if (kill_first) {
+      if (pidfd >= 0)
+        sys::PidfdSendSignal(pidfd, SIGKILL);
+      else
+        ::kill(runsc_pid, SIGKILL);
+    }
+    KeeperExit x;
+    int status = 0;
+    while (::wait4(runsc_pid, &status, 0, &x.ru) < 0 && errno == EINTR) {
+    }
+    x.status = status;
+    (void)::send(ctl, &x, sizeof x, MSG_NOSIGNAL);
+    ::_exit(0);
+  };
+  if (pidfd < 0) finish(false);  // nothing to watch: wait for it
+  for (;;) {
+    pollfd pf[2] = {{ctl, POLLIN, 0}, {pidfd, POLLIN, 0}};
+    if (::poll(pf, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      finish(true);
+    }
+    if (pf[1].revents != 0) finish(false);
+    if (pf[0].revents == 0) continue;
+    char msg[8];
+    const ssize_t n = ::recv(ctl, msg, sizeof msg, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (n <= 0) finish(true);  // every holder of the socket is gone
+    if (msg[0] == 'K') {
+      sys::PidfdSendSignal(pidfd, SIGKILL);
+    } else if (msg[0] == 'I' && n == 2 && msg[1] > 0 && msg[1] < 65) {
+      const char reply[2] = {'i', RunscKill(runsc, id, msg[1]) ? '1' : '0'};
+      (void)::send(ctl, reply, sizeof reply, MSG_NOSIGNAL);
+    }
+  }
+}
+
+// The helper, after fork (of a single-threaded supervisor or pool process):
+// waits for its cgroup, builds the root in a mount namespace of its own,
+// sends the workspace's fd, starts runsc and becomes its keeper. Any
+// failure: a text on `ctl`, exit 127.
 [[noreturn]] void RunHelper(int ctl, const isolation::MountPlan& plan, const std::string& spec,
-                            const std::vector<std::string>& runsc_argv, int rt, int out, int err,
-                            int log, uid_t uid, gid_t gid) {
+                            const std::vector<std::string>& runsc_argv, const std::string& id,
+                            int rt, int out, int err, int log, uid_t uid, gid_t gid, int nice) {
   auto fail = [ctl](const std::string& what) {
     const std::string msg = "E" + what + ": " + std::strerror(errno);
     (void)::send(ctl, msg.data(), msg.size(), MSG_NOSIGNAL);
@@ -170,82 +252,110 @@ int ChownEntry(const char* path, const struct stat*, int, FTW*) {
   }
   const int ws = ::open((root + "/workspace").c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (ws < 0) fail("open of the workspace");
-  const char ok = 'W';
-  if (sys::SendWithFds(ctl, &ok, 1, &ws, 1, MSG_NOSIGNAL) != 1) ::_exit(127);
-  ::close(ws);
-  // runsc's fds: the channel on 0, the capture pipes on 1 and 2, its log on 3.
-  if (::dup2(rt, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0 || ::dup2(log, 3) < 0)
-    fail("dup2");
-  ::close_range(4, ~0U, 0);
   if (::chdir(kBundleDir) != 0) fail("chdir to the bundle");
-  std::vector<char*> args;
-  for (const auto& a : runsc_argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  char* const envp[] = {const_cast<char*>("PATH=/usr/bin:/bin"), nullptr};
-  ::execve(args[0], args.data(), envp);
-  ::_exit(127);
+  if (nice > 0) (void)::setpriority(PRIO_PROCESS, 0, nice);
+  const pid_t keeper = ::getpid();
+  const pid_t runsc = ::fork();
+  if (runsc < 0) fail("fork of runsc");
+  if (runsc == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != keeper) ::_exit(127);
+    // runsc's fds: the channel on 0, the capture pipes on 1 and 2, its log on 3.
+    if (::dup2(rt, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0 || ::dup2(log, 3) < 0)
+      ::_exit(127);
+    ::close_range(4, ~0U, 0);
+    std::vector<char*> args;
+    for (const auto& a : runsc_argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    char* const envp[] = {const_cast<char*>("PATH=/usr/bin:/bin"), nullptr};
+    ::execve(args[0], args.data(), envp);
+    ::_exit(127);
+  }
+  // The workspace's fd and runsc's host pid: the launch is done.
+  struct {
+    char tag = 'W';
+    int32_t runsc_pid = 0;
+  } started;
+  started.runsc_pid = runsc;
+  if (sys::SendWithFds(ctl, &started, sizeof started, &ws, 1, MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(sizeof started)) {
+    ::kill(runsc, SIGKILL);
+    ::_exit(127);
+  }
+  ::close(ws);
+  // Nothing of the sandbox's but the control socket: the keeper holds no end
+  // of the channel or the pipes, so their EOFs are runsc's.
+  for (int fd : {rt, out, err, log}) ::close(fd);
+  RunKeeper(ctl, runsc, runsc_argv[0], id);
 }
 
+// The gVisor sandbox as its supervisor sees it: everything goes through the
+// keeper's control socket (runsc is the keeper's child, not ours).
 class GvisorJail final : public Jail {
  public:
-  GvisorJail(pid_t pid, UniqueFd pidfd, UniqueFd mntns, UniqueFd log, std::string runsc,
-             std::string id)
-      : pid_(pid),
-        pidfd_(std::move(pidfd)),
-        mntns_(std::move(mntns)),
-        log_(std::move(log)),
-        runsc_(std::move(runsc)),
-        id_(std::move(id)) {}
+  GvisorJail(UniqueFd ctl, UniqueFd keeper_pidfd, pid_t our_child, UniqueFd log)
+      : ctl_(std::move(ctl)),
+        keeper_(std::move(keeper_pidfd)),
+        our_child_(our_child),
+        log_(std::move(log)) {}
   ~GvisorJail() override {
-    if (!reaped_) {
+    if (!status_) {
       Kill();
-      ::waitpid(pid_, nullptr, 0);
+      rusage ru{};
+      (void)Reap(&ru);
     }
+    if (our_child_ > 0) ::waitpid(our_child_, nullptr, 0);
   }
   std::string_view backend() const override { return "gvisor"; }
-  int exit_fd() const override { return pidfd_.get(); }
+  // The keeper exits right after it sent runsc's status.
+  int exit_fd() const override { return keeper_.get(); }
 
-  // `runsc kill ID SIG` in the helper's mount namespace (where its state
-  // is): runsc delivers it to the program, the container's init.
   bool Signal(int sig) override {
-    if (reaped_ || killed_) return false;
-    const pid_t pid = ::fork();
-    if (pid < 0) return false;
-    if (pid == 0) {
-      if (::setns(mntns_.get(), CLONE_NEWNS) != 0) ::_exit(126);
-      const int null = ::open("/dev/null", O_RDWR);
-      if (null >= 0) {
-        ::dup2(null, 0);
-        ::dup2(null, 1);
-        ::dup2(null, 2);
-      }
-      const std::string root = std::string("--root=") + kStateDir;
-      const std::string signal = std::to_string(sig);
-      const char* args[] = {runsc_.c_str(), root.c_str(),   "kill",
-                            id_.c_str(),    signal.c_str(), nullptr};
-      char* const envp[] = {const_cast<char*>("PATH=/usr/bin:/bin"), nullptr};
-      ::execve(args[0], const_cast<char* const*>(args), envp);
-      ::_exit(127);
+    if (status_ || killed_ || sig <= 0 || sig >= 65) return false;
+    const char msg[2] = {'I', static_cast<char>(sig)};
+    if (::send(ctl_.get(), msg, sizeof msg, MSG_NOSIGNAL) != sizeof msg) return false;
+    // Its answer, after `runsc kill` ran; runsc's status may come first.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (std::chrono::steady_clock::now() < deadline) {
+      pollfd pf{ctl_.get(), POLLIN, 0};
+      if (::poll(&pf, 1, 100) <= 0) continue;
+      char buf[sizeof(KeeperExit)];
+      const ssize_t n = ::recv(ctl_.get(), buf, sizeof buf, MSG_DONTWAIT);
+      if (n <= 0) return false;
+      if (n == 2 && buf[0] == 'i') return buf[1] == '1';
+      if (TakeExit(buf, n)) return false;
     }
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    return false;
   }
 
-  // runsc's sandbox and gofer die with it (runsc starts them attached:
-  // PR_SET_PDEATHSIG); the cgroup's kill takes whatever is left.
+  // The keeper kills runsc (its sandbox and gofer die with it: attached);
+  // a keeper that cannot be told is killed itself (runsc dies with it).
   void Kill() override {
-    if (killed_ || reaped_) return;
+    if (killed_ || status_) return;
     killed_ = true;
-    sys::PidfdSendSignal(pidfd_.get(), SIGKILL);
+    const char k = 'K';
+    if (::send(ctl_.get(), &k, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1)
+      sys::PidfdSendSignal(keeper_.get(), SIGKILL);
   }
 
   std::optional<int> Reap(rusage* ru) override {
-    if (reaped_) return status_;
-    int status = 0;
-    if (::wait4(pid_, &status, 0, ru) != pid_) return std::nullopt;
-    reaped_ = true;
-    status_ = status;
+    if (!status_) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!status_ && std::chrono::steady_clock::now() < deadline) {
+        pollfd pf{ctl_.get(), POLLIN, 0};
+        if (::poll(&pf, 1, 100) <= 0) continue;
+        char buf[sizeof(KeeperExit)];
+        const ssize_t n = ::recv(ctl_.get(), buf, sizeof buf, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) break;  // the keeper died
+        if (n > 0) (void)TakeExit(buf, n);
+      }
+      if (!status_) {
+        // Not seen to end: the keeper goes, runsc with it (PR_SET_PDEATHSIG).
+        sys::PidfdSendSignal(keeper_.get(), SIGKILL);
+        return std::nullopt;
+      }
+    }
+    if (ru != nullptr) *ru = ru_;
     return status_;
   }
 
@@ -283,11 +393,21 @@ class GvisorJail final : public Jail {
   }
 
  private:
-  pid_t pid_;
-  UniqueFd pidfd_, mntns_, log_;
-  std::string runsc_, id_;
-  bool killed_ = false, reaped_ = false;
+  bool TakeExit(const char* buf, ssize_t n) {
+    if (n != static_cast<ssize_t>(sizeof(KeeperExit)) || buf[0] != 'X') return false;
+    KeeperExit x;
+    std::memcpy(&x, buf, sizeof x);
+    status_ = x.status;
+    ru_ = x.ru;
+    return true;
+  }
+
+  UniqueFd ctl_, keeper_;
+  pid_t our_child_;  // the keeper, when we forked it (cold); 0 for a pooled one
+  UniqueFd log_;
+  bool killed_ = false;
   std::optional<int> status_;
+  rusage ru_{};
 };
 
 Status SetNonBlocking(int fd) {
@@ -407,9 +527,19 @@ nlohmann::json GvisorSpec(const GvisorSpecInputs& in) {
                   {{"type", "mount"}}}}}}};
 }
 
+std::unique_ptr<Jail> GvisorJailOf(GvisorLaunch& launch) {
+  return std::make_unique<GvisorJail>(std::move(launch.ctl), std::move(launch.keeper_pidfd),
+                                      launch.keeper_pid, std::move(launch.log));
+}
+
+std::unique_ptr<Jail> AdoptGvisorJail(UniqueFd ctl, UniqueFd keeper_pidfd) {
+  return std::make_unique<GvisorJail>(std::move(ctl), std::move(keeper_pidfd), 0, UniqueFd());
+}
+
 Result<GvisorLaunch> LaunchGvisor(const HostContext& host, const policy::SandboxPolicy& policy,
-                                  const std::vector<std::pair<std::string, std::string>>& env,
-                                  double rlimit_cpu_s) {
+                                  const GvisorLaunchOptions& options) {
+  const double rlimit_cpu_s = options.rlimit_cpu_s;
+  const auto& env = options.env;
   const GvisorHost& g = ProbeGvisorHost(host);
   if (g.missing) {
     return FailedPrecondition(
@@ -533,8 +663,8 @@ Result<GvisorLaunch> LaunchGvisor(const HostContext& host, const policy::Sandbox
   if (pid < 0) return ErrnoError("fork of the gVisor helper", errno, SetupStep::kClone);
   if (pid == 0) {
     ctl.Reset();
-    RunHelper(ctl_child.get(), plan, spec, runsc_argv, rt_child.get(), out_w.get(), err_w.get(),
-              log.get(), uid, gid);
+    RunHelper(ctl_child.get(), plan, spec, runsc_argv, id, rt_child.get(), out_w.get(), err_w.get(),
+              log.get(), uid, gid, options.nice);
   }
   UniqueFd pidfd(sys::PidfdOpen(pid, 0));
   auto abandon = [pid] {
@@ -571,7 +701,7 @@ Result<GvisorLaunch> LaunchGvisor(const HostContext& host, const policy::Sandbox
   char msg[512];
   int ws = -1;
   const sys::Received got = sys::ReceiveWithFds(ctl.get(), msg, sizeof msg - 1, &ws, 1, 0);
-  if (got.bytes <= 0 || msg[0] != 'W' || got.nfds != 1) {
+  if (got.bytes != static_cast<ssize_t>(sizeof(int32_t) * 2) || msg[0] != 'W' || got.nfds != 1) {
     if (ws >= 0) ::close(ws);
     std::string why = got.bytes > 1 && msg[0] == 'E'
                           ? std::string(msg + 1, static_cast<size_t>(got.bytes - 1))
@@ -580,19 +710,13 @@ Result<GvisorLaunch> LaunchGvisor(const HostContext& host, const policy::Sandbox
     return MakeError(Code::kInternal, "the gVisor helper failed: " + LastLines(why, 400),
                      SetupStep::kMountRoot);
   }
+  std::memcpy(&out.runsc_pid, msg + sizeof(int32_t), sizeof(int32_t));
   out.workspace.Reset(ws);
   out.t_root = std::chrono::steady_clock::now();
-  // Its mount namespace (runsc's state) for `runsc kill`: opened before the
-  // exec can end it.
-  UniqueFd mntns(
-      ::open(("/proc/" + std::to_string(pid) + "/ns/mnt").c_str(), O_RDONLY | O_CLOEXEC));
-  if (!mntns) {
-    const int e = errno;
-    abandon();
-    return ErrnoError("the gVisor helper's mount namespace", e);
-  }
-  out.jail = std::make_unique<GvisorJail>(pid, std::move(pidfd), std::move(mntns), std::move(log),
-                                          g.runsc, id);
+  out.keeper_pid = pid;
+  out.keeper_pidfd = std::move(pidfd);
+  out.ctl = std::move(ctl);
+  out.log = std::move(log);
   return out;
 }
 

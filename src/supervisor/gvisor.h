@@ -89,22 +89,40 @@ nlohmann::json GvisorSpec(const GvisorSpecInputs& in);
 
 // A launched gVisor sandbox: runsc started in the cgroup, the runtime's
 // channel and capture pipes (parent ends, non-blocking), the workspace.
+// A launched gVisor sandbox: runsc started by a keeper process (the helper
+// that built its root, then forked runsc and waits for it) which reports
+// runsc's wait status on `ctl` and ends runsc when `ctl`'s last holder is gone.
 struct GvisorLaunch {
-  std::unique_ptr<Jail> jail;
   std::unique_ptr<isolation::Cgroup> cgroup;
   std::string cgroup_name;
   UniqueFd runtime, out, err, workspace;
+  UniqueFd ctl;           // the keeper's control socket
+  UniqueFd keeper_pidfd;  // readable once the keeper (so runsc) has ended
+  pid_t keeper_pid = 0;   // the caller's child
+  pid_t runsc_pid = 0;    // the keeper's child
+  UniqueFd log;           // runsc's own log (a memfd), for a failed start
   uid_t uid = 0;
   gid_t gid = 0;
   // When the spec was built, the cgroup made, the helper forked (and in the
-  // cgroup), the root built by the helper (it then execs runsc): phases_ms.
+  // cgroup), the root built by the helper (it then starts runsc): phases_ms.
   std::chrono::steady_clock::time_point t_planned, t_cgroup, t_cloned, t_root;
 };
 
-// Errors: kFailedPrecondition with the reason when the host cannot run it
-// (ProbeGvisorHost), kInvalidArgument for input files, kInternal otherwise.
+struct GvisorLaunchOptions {
+  std::vector<std::pair<std::string, std::string>> env;
+  double rlimit_cpu_s = 30;
+  int nice = 0;  // of runsc and all it starts (a pool's refill: above 0)
+};
+
+// Builds the root, starts runsc; returns once runsc is starting (the
+// runtime's hello on `runtime` says it is ready). Not thread-safe (forks).
 Result<GvisorLaunch> LaunchGvisor(const HostContext& host, const policy::SandboxPolicy& policy,
-                                  const std::vector<std::pair<std::string, std::string>>& env,
-                                  double rlimit_cpu_s);
+                                  const GvisorLaunchOptions& options);
+
+// The Jail of a sandbox the caller launched (it reaps the keeper).
+std::unique_ptr<Jail> GvisorJailOf(GvisorLaunch& launch);
+// The Jail of a pooled sandbox launched elsewhere (the pool process reaps its
+// keeper): its control socket and the keeper's pidfd.
+std::unique_ptr<Jail> AdoptGvisorJail(UniqueFd ctl, UniqueFd keeper_pidfd);
 
 }  // namespace kiln::supervisor

@@ -775,8 +775,11 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Launch(const HostContext& host,
     // jail instead: a host without gVisor refuses the run.
     const double rlimit_cpu = options.rlimit_cpu_s.value_or(
         policy::CpuBackstopSeconds(limits, limits.wall_timeout_s, true));
-    KILN_ASSIGN_OR_RETURN(GvisorLaunch g, LaunchGvisor(host, policy, options.env, rlimit_cpu));
-    s.jail = std::move(g.jail);
+    GvisorLaunchOptions go;
+    go.env = options.env;
+    go.rlimit_cpu_s = rlimit_cpu;
+    KILN_ASSIGN_OR_RETURN(GvisorLaunch g, LaunchGvisor(host, policy, go));
+    s.jail = GvisorJailOf(g);
     s.cgroup = std::move(g.cgroup);
     s.cgroup_name = std::move(g.cgroup_name);
     s.use_cgroup = true;
@@ -1036,41 +1039,54 @@ Result<std::unique_ptr<Sandbox>> Sandbox::Adopt(const HostContext& host,
   s.adopted_uid = a.host_uid;
   s.use_cgroup = true;
   s.limits_backend = "cgroup " + std::string(isolation::ToString(host.cgroups->mode()));
-  s.pid = a.init_pid;
-  s.pidfd = std::move(a.init_pidfd);
-  if (a.worker_pid > 0) s.worker_pidfd.Reset(sys::PidfdOpen(a.worker_pid, 0));
-  {
-    // The worker has run nothing of the caller's yet and forks only when a
-    // cell makes it: whatever it forks later inherits this. Only lowered:
-    // raising a hard limit takes CAP_SYS_RESOURCE in the host's namespace,
-    // which a host's root may lack; lowering takes it in the sandbox's, which
-    // our euid owns. The pidfd, open before and still naming a live process
-    // after, proves the pid was not reused in between.
-    if (!s.worker_pidfd) return InvalidArgument("an adopted sandbox without its worker");
-    const double want =
-        rlimit_cpu_s.value_or(policy::CpuBackstopSeconds(s.limits, s.limits.wall_timeout_s, true));
-    rlimit now{};
-    if (::prlimit(a.worker_pid, RLIMIT_CPU, nullptr, &now) != 0) {
-      return ErrnoError("prlimit(RLIMIT_CPU) of the pooled worker");
-    }
-    auto cpu = static_cast<rlim_t>(std::ceil(want));
-    if (now.rlim_max != RLIM_INFINITY && now.rlim_max > 0) cpu = std::min(cpu, now.rlim_max - 1);
-    const rlimit rl{cpu, cpu + 1};
-    if (::prlimit(a.worker_pid, RLIMIT_CPU, &rl, nullptr) != 0) {
-      return ErrnoError("prlimit(RLIMIT_CPU) of the pooled worker");
-    }
-    // Refills ran below executions (ZygoteOptions::nice): an adopted sandbox
-    // runs as a cold one does, at nice 0, pid 1 and every thread of the
-    // worker (it has started none yet; the check costs a directory read).
-    KILN_TRY(SetNiceOfEveryThread(a.worker_pid, 0));
-    if (::setpriority(PRIO_PROCESS, static_cast<id_t>(a.init_pid), 0) != 0) {
-      return ErrnoError("setpriority of the pooled sandbox's pid 1");
-    }
-    if (sys::PidfdSendSignal(s.worker_pidfd.get(), 0) != 0) {
-      return MakeError(Code::kUnavailable, "the pooled worker exited before it was adopted");
-    }
+  if (a.backend != policy.backend()) {
+    return InvalidArgument("a pooled sandbox of another backend than the profile's");
   }
-  s.sync_parent = std::move(a.sync);
+  if (a.backend == policy::Backend::kGvisor) {
+    // A gVisor sandbox from the pool (src/zygote/gvisor_pool.cc): its keeper's
+    // control socket is the setup channel's slot, its pidfd pid 1's. The
+    // program's RLIMIT_CPU is the Sentry's (the pool's session budget); the
+    // supervisor's own cpu accounting enforces the execution's.
+    s.jail = AdoptGvisorJail(std::move(a.sync), std::move(a.init_pidfd));
+    s.limits_backend += " (gvisor)";
+    s.sync_open = false;  // no setup channel: the runtime's hello is the start
+  } else {
+    s.pid = a.init_pid;
+    s.pidfd = std::move(a.init_pidfd);
+    if (a.worker_pid > 0) s.worker_pidfd.Reset(sys::PidfdOpen(a.worker_pid, 0));
+    {
+      // The worker has run nothing of the caller's yet and forks only when a
+      // cell makes it: whatever it forks later inherits this. Only lowered:
+      // raising a hard limit takes CAP_SYS_RESOURCE in the host's namespace,
+      // which a host's root may lack; lowering takes it in the sandbox's, which
+      // our euid owns. The pidfd, open before and still naming a live process
+      // after, proves the pid was not reused in between.
+      if (!s.worker_pidfd) return InvalidArgument("an adopted sandbox without its worker");
+      const double want = rlimit_cpu_s.value_or(
+          policy::CpuBackstopSeconds(s.limits, s.limits.wall_timeout_s, true));
+      rlimit now{};
+      if (::prlimit(a.worker_pid, RLIMIT_CPU, nullptr, &now) != 0) {
+        return ErrnoError("prlimit(RLIMIT_CPU) of the pooled worker");
+      }
+      auto cpu = static_cast<rlim_t>(std::ceil(want));
+      if (now.rlim_max != RLIM_INFINITY && now.rlim_max > 0) cpu = std::min(cpu, now.rlim_max - 1);
+      const rlimit rl{cpu, cpu + 1};
+      if (::prlimit(a.worker_pid, RLIMIT_CPU, &rl, nullptr) != 0) {
+        return ErrnoError("prlimit(RLIMIT_CPU) of the pooled worker");
+      }
+      // Refills ran below executions (ZygoteOptions::nice): an adopted sandbox
+      // runs as a cold one does, at nice 0, pid 1 and every thread of the
+      // worker (it has started none yet; the check costs a directory read).
+      KILN_TRY(SetNiceOfEveryThread(a.worker_pid, 0));
+      if (::setpriority(PRIO_PROCESS, static_cast<id_t>(a.init_pid), 0) != 0) {
+        return ErrnoError("setpriority of the pooled sandbox's pid 1");
+      }
+      if (sys::PidfdSendSignal(s.worker_pidfd.get(), 0) != 0) {
+        return MakeError(Code::kUnavailable, "the pooled worker exited before it was adopted");
+      }
+    }
+    s.sync_parent = std::move(a.sync);
+  }
   s.rt_parent = std::move(a.runtime);
   s.out_r = std::move(a.out);
   s.err_r = std::move(a.err);

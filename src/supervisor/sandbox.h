@@ -43,7 +43,12 @@ struct Program {
 // A sandbox set up elsewhere (the warm pool, src/zygote): every layer in
 // place, pid 1 in its cgroup before it forked the worker, the runtime's hello
 // sent. Sandbox::Adopt drives it from there as Launch's after WaitReady.
+//
+// A gVisor one (src/zygote/gvisor_pool.cc) fills the same slots: `init_pidfd`
+// is its keeper's (runsc's parent, supervisor/gvisor.h), `sync` the keeper's
+// control socket, `init_pid` the keeper's pid and `worker_pid` runsc's.
 struct AdoptedSandbox {
+  policy::Backend backend = policy::Backend::kNative;
   UniqueFd init_pidfd;  // its pid 1 (not our child)
   pid_t init_pid = 0;   // host pids
   pid_t worker_pid = 0;

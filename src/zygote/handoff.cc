@@ -28,6 +28,7 @@ struct HandoffRecord {
   int32_t init_pid = 0;
   int32_t worker_pid = 0;
   uint32_t host_uid = 0;
+  uint32_t backend = 0;  // 0 native, 1 gvisor
   char profile[64] = {};
   char cgroup[96] = {};
 };
@@ -79,6 +80,7 @@ Status SendHandoff(int fd, const std::string& profile, const PooledChild& c) {
   r.init_pid = a.init_pid;
   r.worker_pid = a.worker_pid;
   r.host_uid = a.host_uid;
+  r.backend = a.backend == policy::Backend::kGvisor ? 1 : 0;
   if (!CopyName(r.profile, sizeof r.profile, profile) ||
       !CopyName(r.cgroup, sizeof r.cgroup, c.cgroup_name)) {
     return InvalidArgument("handoff: name too long");
@@ -147,7 +149,7 @@ Result<std::optional<FromPool>> ReceiveFromPool(int fd) {
   HandoffRecord hr;
   std::memcpy(&hr, buf, sizeof hr);
   if (got.bytes != sizeof hr || hr.magic != kWireMagic || got.nfds != kHandoffFds ||
-      got.truncated) {
+      got.truncated || hr.backend > 1) {
     return Internal("malformed handoff from the pool process");
   }
   h.profile = NameOf(hr.profile, sizeof hr.profile);
@@ -155,6 +157,7 @@ Result<std::optional<FromPool>> ReceiveFromPool(int fd) {
   a.init_pid = hr.init_pid;
   a.worker_pid = hr.worker_pid;
   a.host_uid = hr.host_uid;
+  a.backend = hr.backend == 1 ? policy::Backend::kGvisor : policy::Backend::kNative;
   return std::optional<FromPool>(std::move(from));
 }
 
@@ -196,7 +199,7 @@ Result<supervisor::AdoptedSandbox> Adopt(const supervisor::HostContext& host, Ha
 }
 
 bool ProfilePooled(const config::Config& config, const config::Profile& profile) {
-  return config.pool.enabled && profile.pool && profile.backend == policy::Backend::kNative;
+  return config.pool.enabled && profile.pool;
 }
 
 bool PoolFits(const policy::Limits& x, const policy::Limits& y) {

@@ -88,7 +88,7 @@ Result<std::optional<Arrival>> ReceiveArrival(int fd);
 Result<supervisor::AdoptedSandbox> Adopt(const supervisor::HostContext& host, Handoff&& h);
 
 // Whether a profile has a warm pool: the pool is on, and for the profile,
-// and its backend is the native jail (the zygotes are native jails).
+// (native profiles: zygotes, pool.h; gVisor profiles: runsc sandboxes, gvisor_pool.h).
 bool ProfilePooled(const config::Config& config, const config::Profile& profile);
 
 // Whether an execution of limits `asked` may take a pooled sandbox made with

@@ -73,7 +73,28 @@ struct PoolStats {
   double last_zygote_start_ms = 0;
 };
 
-class Pool final {
+// What the pool process drives of one profile's pool, whichever backend
+// makes its sandboxes: the native zygote's (Pool, below) or gVisor's
+// (GvisorPool, gvisor_pool.h).
+class WarmPool {
+ public:
+  virtual ~WarmPool() = default;
+  // One round: handle what arrived on WatchFds() within `timeout_ms`, resize, refill.
+  virtual void Step(int timeout_ms) = 0;
+  // The next ready sandbox for the spawner's stock (not an arrival).
+  virtual std::optional<PooledChild> TakeForHandoff() = 0;
+  virtual void RecordArrival(bool took_one) = 0;
+  // How many of its sandboxes wait in the spawner's stock.
+  virtual void set_external_ready(size_t n) = 0;
+  virtual std::vector<int> WatchFds() const = 0;
+  virtual size_t refilling() const = 0;
+  virtual size_t target() const = 0;
+  // Whether it can make sandboxes now (the zygote is up; runsc runs).
+  virtual bool starter_ready() const = 0;
+  virtual const PoolStats& stats() const = 0;
+};
+
+class Pool final : public WarmPool {
  public:
   static Result<std::unique_ptr<Pool>> Create(const supervisor::HostContext& host,
                                               PoolOptions options);
@@ -83,7 +104,7 @@ class Pool final {
 
   // One round: poll every fd of the pool for up to `timeout_ms`, handle what
   // arrived, restart a dead zygote, resize and refill.
-  void Step(int timeout_ms);
+  void Step(int timeout_ms) override;
   // A ready sandbox, or nullopt (counted as a miss). Counts an arrival.
   std::optional<PooledChild> TryTake();
   // Steps until a sandbox is ready (or `wait` passes: kDeadlineExceeded).
@@ -94,16 +115,17 @@ class Pool final {
   // For a pool whose ready sandboxes wait elsewhere (the spawner's stock,
   // handoff.h): the next ready one without counting an arrival, and the
   // arrivals reported back. The stock counts towards the pool's size.
-  std::optional<PooledChild> TakeForHandoff();
-  void RecordArrival(bool took_one);
-  void set_external_ready(size_t n) { external_ready_ = n; }
+  std::optional<PooledChild> TakeForHandoff() override;
+  void RecordArrival(bool took_one) override;
+  void set_external_ready(size_t n) override { external_ready_ = n; }
   // Every fd Step() polls, for an owner that polls several pools at once.
-  std::vector<int> WatchFds() const;
+  std::vector<int> WatchFds() const override;
 
   size_t ready() const { return ready_.size(); }
-  size_t refilling() const { return pending_.size(); }
-  size_t target() const { return target_; }
-  const PoolStats& stats() const { return stats_; }
+  size_t refilling() const override { return pending_.size(); }
+  size_t target() const override { return target_; }
+  bool starter_ready() const override { return zygote_ != nullptr && zygote_->ready(); }
+  const PoolStats& stats() const override { return stats_; }
   const Zygote* zygote() const { return zygote_.get(); }
   // Pins the size (tests, benchmarks); 0 = Erlang C again.
   void set_fixed_target(size_t n) { fixed_target_ = n; }

@@ -17,6 +17,7 @@
 
 #include "base/log.h"
 #include "sys/syscalls.h"
+#include "zygote/gvisor_pool.h"
 #include "zygote/handoff.h"
 #include "zygote/pool.h"
 
@@ -46,7 +47,7 @@ int UsableCpus() {
   ::signal(SIGTERM, SIG_IGN);
   ::signal(SIGINT, SIG_IGN);
   struct Entry {
-    std::unique_ptr<Pool> pool;
+    std::unique_ptr<WarmPool> pool;
     uint64_t sent = 0;
     double refill_ms_total = 0, last_refill_ms = 0;
     PoolStatus reported;  // what the spawner last got
@@ -61,6 +62,31 @@ int UsableCpus() {
     if (!profile.ok() || !(*profile)->pool) return nullptr;
     auto b = config::PolicyFor(**profile, {});
     if (!b.ok()) return nullptr;
+    if ((*profile)->backend == policy::Backend::kGvisor) {
+      // runsc sandboxes launched ahead (gvisor_pool.h), the pool's preloads
+      // and the profile's imported.
+      std::vector<std::string> preload = config.pool.preload;
+      for (const auto& m : (*profile)->preload) preload.push_back(m);
+      b->Preload(preload);
+      auto gpol = b->Build();
+      if (!gpol.ok()) return nullptr;
+      GvisorPoolOptions go{*gpol};
+      go.profile = name;
+      go.rlimit_cpu_s =
+          policy::SessionCpuBudgetSeconds(config.server.session_max_lifetime_s, gpol->limits());
+      go.min = static_cast<size_t>(config.pool.min);
+      go.max = static_cast<size_t>(config.pool.max);
+      go.target_wait = config.pool.target_wait;
+      if (config.pool.max_refilling > 0)
+        go.max_refilling = static_cast<size_t>(config.pool.max_refilling);
+      auto made = GvisorPool::Create(host, std::move(go));
+      if (!made.ok()) {
+        KILN_LOG_WARN("pool {}: {}; its executions start cold", name, made.error().ToString());
+        return nullptr;
+      }
+      e.pool = std::move(*made);
+      return &e;
+    }
     auto pol = b->Build();
     if (!pol.ok()) return nullptr;
     PoolOptions po{ZygoteOptions(*pol)};
@@ -133,7 +159,7 @@ int UsableCpus() {
       now.profile = name;
       now.refilling = static_cast<uint32_t>(e.pool->refilling());
       now.target = static_cast<uint32_t>(e.pool->target());
-      now.zygote_ready = e.pool->zygote() != nullptr && e.pool->zygote()->ready();
+      now.zygote_ready = e.pool->starter_ready();
       now.refills = e.sent;
       now.refill_ms_total = e.refill_ms_total;
       now.last_refill_ms = e.last_refill_ms;

@@ -40,8 +40,16 @@ interpreter = "/usr/bin/python3"
 [profiles.gv]
 interpreter = "/usr/bin/python3"
 backend = "gvisor"
+pool = false
 
 [profiles.gv.defaults]
+memory = "256m"
+
+[profiles.gvp]
+interpreter = "/usr/bin/python3"
+backend = "gvisor"
+
+[profiles.gvp.defaults]
 memory = "256m"
 )TOML";
 
@@ -299,6 +307,109 @@ TEST_F(GvisorServer, SessionKeepsStateFilesBothWaysStreamsAndInterrupts) {
 
   EXPECT_EQ(Call("DELETE", base).status, 204);
   EXPECT_TRUE(WaitFor([] { return Runsc().empty(); }, 10s)) << "runsc left after DELETE";
+}
+
+// A gVisor profile with the pool on: runsc sandboxes started ahead, the
+// preloads imported, waiting for their first job (src/zygote/gvisor_pool.h).
+TEST_F(GvisorServer, PooledSandboxesServeOneShotsAndSessionsApart) {
+  auto pooled = [](const json& j) {
+    const json ph = j.value("phases_ms", json::object());
+    return ph.value("clone", -1.0) == 0 && ph.value("maps", -1.0) == 0;
+  };
+  // The pool starts at the profile's first request: until it has a sandbox
+  // ready, runs are cold.
+  json one;
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const HttpResponse r = Call(
+        "POST", "/v1/execute",
+        json{{"code", "import sys\nprint(1)\n'pandas' in sys.modules"}, {"profile", "gvp"}}.dump());
+    ASSERT_EQ(r.status, 200) << r.Describe();
+    one = Parse(r);
+    ASSERT_EQ(one.value("status", ""), "ok") << r.body;
+    if (pooled(one)) break;
+    std::this_thread::sleep_for(500ms);
+  }
+  ASSERT_TRUE(pooled(one)) << "no pooled gVisor sandbox within 120 s: " << one.dump();
+  EXPECT_EQ(one.value("stdout", ""), "1\n") << one.dump();
+  EXPECT_EQ(TextOf(one), "True") << "the pool's preloads are imported: " << one.dump();
+  EXPECT_NE(one.value("limits_backend", "").find("gvisor"), std::string::npos) << one.dump();
+
+  // Files in (through the workspace fd, after the sandbox started) and out.
+  json files;
+  for (int i = 0; i < 60; ++i) {
+    const HttpResponse r =
+        Call("POST", "/v1/execute",
+             json{{"code", "open('out.txt', 'w').write(open('in/a.txt').read()[::-1])"},
+                  {"profile", "gvp"},
+                  {"files", {{{"path", "in/a.txt"}, {"content", "abc"}}}},
+                  {"return_files", {"out.txt"}}}
+                 .dump());
+    ASSERT_EQ(r.status, 200) << r.Describe();
+    files = Parse(r);
+    if (pooled(files)) break;
+    std::this_thread::sleep_for(500ms);
+  }
+  ASSERT_TRUE(pooled(files)) << files.dump();
+  EXPECT_EQ(files.value("status", ""), "ok") << files.dump();
+  ASSERT_EQ(files["files"].size(), 1u) << files.dump();
+  EXPECT_EQ(files["files"][0].value("content_base64", ""), "Y2Jh");  // "cba"
+
+  // A pooled one-shot that ends the interpreter itself: its exit status is
+  // the keeper's report (runsc is not the supervisor's child).
+  json died;
+  for (int i = 0; i < 60; ++i) {
+    const HttpResponse r = Call(
+        "POST", "/v1/execute", json{{"code", "import os\nos._exit(3)"}, {"profile", "gvp"}}.dump());
+    ASSERT_EQ(r.status, 200) << r.Describe();
+    died = Parse(r);
+    if (pooled(died)) break;
+    std::this_thread::sleep_for(500ms);
+  }
+  ASSERT_TRUE(pooled(died)) << died.dump();
+  EXPECT_NE(died.value("status", ""), "ok") << died.dump();
+  EXPECT_EQ(died.value("exit_code", -1), 3) << died.dump();
+
+  // Two pooled sessions: each keeps its state and files, neither sees the other's.
+  auto session = [&]() -> std::string {
+    for (int i = 0; i < 120; ++i) {
+      const HttpResponse r = Call("POST", "/v1/sessions", json{{"profile", "gvp"}}.dump());
+      EXPECT_EQ(r.status, 201) << r.Describe();
+      if (r.status != 201) return "";
+      const json j = Parse(r);
+      if (j.value("pooled", false)) return j.value("id", "");
+      EXPECT_EQ(Call("DELETE", "/v1/sessions/" + j.value("id", "")).status, 204);
+      std::this_thread::sleep_for(500ms);
+    }
+    ADD_FAILURE() << "no pooled gVisor session";
+    return "";
+  };
+  const std::string a = session();
+  const std::string b = session();
+  ASSERT_FALSE(a.empty());
+  ASSERT_FALSE(b.empty());
+  auto exec = [&](const std::string& id, const std::string& code) {
+    const HttpResponse r =
+        Call("POST", "/v1/sessions/" + id + "/execute", json{{"code", code}}.dump());
+    EXPECT_EQ(r.status, 200) << r.Describe();
+    return Parse(r);
+  };
+  EXPECT_EQ(exec(a, "x = 'a'\nopen('mine', 'w').write('a')").value("status", ""), "ok");
+  EXPECT_EQ(TextOf(exec(a, "x")), "'a'");
+  const json other = exec(b, "import os\n(globals().get('x'), os.path.exists('mine'))");
+  EXPECT_EQ(TextOf(other), "(None, False)") << other.dump();
+  // An interrupt reaches a pooled session's program (the keeper's `runsc kill`).
+  std::thread interrupter([&] {
+    std::this_thread::sleep_for(1500ms);
+    const HttpResponse i = Call("POST", "/v1/sessions/" + a + "/interrupt");
+    EXPECT_EQ(i.status, 200) << i.Describe();
+  });
+  const json slept = exec(a, "import time\ntime.sleep(30)");
+  interrupter.join();
+  EXPECT_EQ(slept.value("status", ""), "interrupted") << slept.dump();
+  EXPECT_EQ(TextOf(exec(a, "x")), "'a'");
+  EXPECT_EQ(Call("DELETE", "/v1/sessions/" + a).status, 204);
+  EXPECT_EQ(Call("DELETE", "/v1/sessions/" + b).status, 204);
 }
 
 }  // namespace

@@ -286,11 +286,10 @@ TEST_F(Sessions, StatePersistsAcrossCells) {
 // needs root and cgroups; it may be refilling when a session starts (the
 // session then starts cold), so these tests create sessions until one is
 // pooled, within a deadline a broken pool cannot meet.
-#define KILN_REQUIRE_POOL()                                                                    \
-  do {                                                                                         \
-    KILN_REQUIRE_CGROUP_LIMITS();                                                              \
-    if (!HostIsRoot()) GTEST_SKIP() << "the warm pool needs root";                             \
-    if (TestBackend() == "gvisor") GTEST_SKIP() << "the warm pool's zygotes are native jails"; \
+#define KILN_REQUIRE_POOL()                                        \
+  do {                                                             \
+    KILN_REQUIRE_CGROUP_LIMITS();                                  \
+    if (!HostIsRoot()) GTEST_SKIP() << "the warm pool needs root"; \
   } while (0)
 
 TEST_F(Sessions, ASessionTakesAPooledSandboxAndKeepsIt) {

@@ -66,7 +66,7 @@ TEST_F(RunTimeout, ThreadsSpinningAreATimeoutToo) {
 TEST_F(RunTimeout, BusyLoopInAPooledSandboxIsATimeout) {
   if (::geteuid() != 0) GTEST_SKIP() << "the pool needs root (a host uid per pooled sandbox)";
   if (auto why = CgroupLimitsMissingReason()) GTEST_SKIP() << "the pool needs cgroups: " << *why;
-  if (TestBackend() == "gvisor") GTEST_SKIP() << "the warm pool's zygotes are native jails";
+  if (TestBackend() == "gvisor") GTEST_SKIP() << "`kiln run --pool` makes a zygote: native only";
   const JsonRun r = RunPython(kBusy, {"--pool", "--timeout", "2"});
   EXPECT_EQ(r.status(), "timeout") << r.Describe();
   const ProcessResult p = RunKiln({"run", "--pool", "--timeout", "2", "-c", kBusy});
@@ -128,7 +128,6 @@ memory = "256m"
   }
   // Whether this server hands out pooled sandboxes at all (root and cgroups).
   static bool PoolWorks() {
-    if (TestBackend() == "gvisor") return false;  // the pool's zygotes are native jails
     const auto deadline = Clock::now() + 60s;
     while (Clock::now() < deadline) {
       const HttpResponse r = server_->Execute(key_, {{"code", "print(1)"}});

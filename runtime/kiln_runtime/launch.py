@@ -13,7 +13,8 @@ the interpreter has loaded before any code runs (``sys``, ``posix``; not even
 ``os`` under ``-S``).  Everything else is imported after hello has gone out.
 
 Options: ``--preload m1,m2`` (imported on the first execute, inside the
-sandbox's cgroup), ``--workspace DIR`` (default /workspace: put on sys.path
+sandbox's cgroup), ``--preload-before-hello`` (imported before hello instead:
+a sandbox started ahead of its job, the gVisor backend's warm pool), ``--workspace DIR`` (default /workspace: put on sys.path
 when user code starts; its modules count as the program's own for the import
 policy), ``--channel-on-stdin`` (the gVisor backend, docs/adr/0021: ``runsc``
 passes only the standard streams into its sandbox, so the runtime channel
@@ -70,12 +71,19 @@ def _install_seccomp_from_env():
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
 
 
+_EARLY = []  # --preload-before-hello given
+
+
 def _parse_args(args):
     preload, workspace = [], "/workspace"
     i = 0
     while i < len(args):
         arg = args[i]
         name, eq, value = arg.partition("=")
+        if arg == "--preload-before-hello":
+            _EARLY.append(True)
+            i += 1
+            continue
         if arg == "--channel-on-stdin":
             _channel_from_stdin()
             i += 1
@@ -223,6 +231,19 @@ def main(argv):
 
     from kiln_runtime import protocol
 
+    if _EARLY:
+        # A sandbox started ahead of its job (the gVisor backend's warm pool,
+        # src/zygote/gvisor_pool.h): hello then means "the preloads are
+        # imported", as a native zygote's fork has them.
+        if sys.flags.no_site:
+            _site()
+        for name in preload:
+            try:
+                __import__(name)
+            except Exception as exc:  # noqa: BLE001 - a missing preload is not fatal
+                sys.stderr.write("kiln: --preload %s failed: %s: %s\n"
+                                 % (name, type(exc).__name__, exc))
+
     try:
         channel = protocol.Channel(RUNTIME_FD)
         channel.send_hello()
@@ -231,7 +252,7 @@ def main(argv):
         return 125
 
     # While the supervisor reads hello and sends the first execute.
-    if sys.flags.no_site:
+    if sys.flags.no_site and not _EARLY:
         _site()
 
     from kiln_runtime import runner

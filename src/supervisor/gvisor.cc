@@ -588,6 +588,8 @@ Result<GvisorLaunch> LaunchGvisor(const HostContext& host, const policy::Sandbox
     for (const auto& m : policy.preload()) list += (list.empty() ? "" : ",") + m;
     in.argv.push_back("--preload");
     in.argv.push_back(list);
+    // A pool's sandbox waits for its job with the preloads imported.
+    if (options.preload_before_hello) in.argv.push_back("--preload-before-hello");
   }
   in.env = SandboxEnvironment(limits.cpus, env);
   // kiln's own seccomp filter, the program the native jail installs, applied

@@ -112,6 +112,9 @@ struct GvisorLaunchOptions {
   std::vector<std::pair<std::string, std::string>> env;
   double rlimit_cpu_s = 30;
   int nice = 0;  // of runsc and all it starts (a pool's refill: above 0)
+  // The preloads imported before the runtime's hello (a pool's sandbox,
+  // started ahead of its job), not at the first execute.
+  bool preload_before_hello = false;
 };
 
 // Builds the root, starts runsc; returns once runsc is starting (the

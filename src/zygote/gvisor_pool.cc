@@ -50,6 +50,7 @@ GvisorPool::~GvisorPool() {
 void GvisorPool::Launch() {
   supervisor::GvisorLaunchOptions lo;
   lo.rlimit_cpu_s = options_.rlimit_cpu_s;
+  lo.preload_before_hello = true;
   Child c;
   c.requested = Clock::now();
   auto launched = supervisor::LaunchGvisor(host_, options_.policy, lo);

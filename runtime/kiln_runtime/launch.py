@@ -13,10 +13,11 @@ the interpreter has loaded before any code runs (``sys``, ``posix``; not even
 ``os`` under ``-S``).  Everything else is imported after hello has gone out.
 
 Options: ``--preload m1,m2`` (imported on the first execute, inside the
-sandbox's cgroup), ``--preload-before-hello`` (imported before hello instead:
-a sandbox started ahead of its job, the gVisor backend's warm pool), ``--workspace DIR`` (default /workspace: put on sys.path
-when user code starts; its modules count as the program's own for the import
-policy), ``--channel-on-stdin`` (the gVisor backend, docs/adr/0021: ``runsc``
+sandbox's cgroup), ``--preload-before-hello`` (imported before hello instead,
+with the runtime and warm.py's warm-up: a sandbox started ahead of its job, the
+gVisor backend's warm pool), ``--workspace DIR`` (default /workspace: put on
+sys.path when user code starts; its modules count as the program's own for the
+import policy), ``--channel-on-stdin`` (the gVisor backend, docs/adr/0021: ``runsc``
 passes only the standard streams into its sandbox, so the runtime channel
 arrives as fd 0; the launcher moves it to fd 3 and puts /dev/null on fd 0, so
 the program sees what it sees on the native jail), ``--seccomp-from-env`` (the
@@ -71,17 +72,14 @@ def _install_seccomp_from_env():
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
 
 
-_EARLY = []  # --preload-before-hello given
-
-
 def _parse_args(args):
-    preload, workspace = [], "/workspace"
+    preload, workspace, early = [], "/workspace", False
     i = 0
     while i < len(args):
         arg = args[i]
         name, eq, value = arg.partition("=")
         if arg == "--preload-before-hello":
-            _EARLY.append(True)
+            early = True
             i += 1
             continue
         if arg == "--channel-on-stdin":
@@ -107,7 +105,7 @@ def _parse_args(args):
         else:
             raise ValueError("unknown argument %r" % arg)
         i += 1
-    return preload, workspace
+    return preload, workspace, early
 
 
 def _package_root(path):
@@ -224,25 +222,22 @@ def main(argv):
         sys.path.remove(root)
     sys.path.insert(0, root)
     try:
-        preload, workspace = _parse_args(argv[1:])
+        preload, workspace, early = _parse_args(argv[1:])
     except ValueError as exc:
         sys.stderr.write("kiln runtime: %s\n" % exc)
         return 2
 
     from kiln_runtime import protocol
 
-    if _EARLY:
+    if early:
         # A sandbox started ahead of its job (the gVisor backend's warm pool,
         # src/zygote/gvisor_pool.h): hello then means "the preloads are
         # imported", as a native zygote's fork has them.
         if sys.flags.no_site:
             _site()
-        for name in preload:
-            try:
-                __import__(name)
-            except Exception as exc:  # noqa: BLE001 - a missing preload is not fatal
-                sys.stderr.write("kiln: --preload %s failed: %s: %s\n"
-                                 % (name, type(exc).__name__, exc))
+        from kiln_runtime import warm
+
+        warm.ahead_of_the_job(preload)
 
     try:
         channel = protocol.Channel(RUNTIME_FD)
@@ -252,7 +247,7 @@ def main(argv):
         return 125
 
     # While the supervisor reads hello and sends the first execute.
-    if sys.flags.no_site and not _EARLY:
+    if sys.flags.no_site and not early:
         _site()
 
     from kiln_runtime import runner

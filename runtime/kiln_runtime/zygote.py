@@ -52,63 +52,8 @@ def _parse_args(args):
     return preload
 
 
-def _preload(names):
-    """Imports the runtime and ``names``; returns how many failed (named on stderr)."""
-    failures = 0
-    for name in names:
-        try:
-            __import__(name)
-        except Exception as exc:  # noqa: BLE001 - reported; the children retry and say so per cell
-            failures += 1
-            sys.stderr.write("kiln zygote: --preload %s failed: %s: %s\n"
-                             % (name, type(exc).__name__, exc))
-    # The runtime's own modules, so that a child imports nothing to say hello
-    # and run its first cell.
-    from kiln_runtime import display, policy, protocol, runner, tracebacks  # noqa: F401
-    protocol.load_codec()
-    if "matplotlib" in sys.modules:
-        # pyplot and the Agg canvas behind the runtime's backend (MPLBACKEND),
-        # which `import matplotlib.pyplot` in a cell would otherwise load.
-        try:
-            import matplotlib.pyplot  # noqa: F401
-            from kiln_runtime import mpl_backend  # noqa: F401
-        except Exception as exc:  # noqa: BLE001
-            failures += 1
-            sys.stderr.write("kiln zygote: matplotlib.pyplot: %s: %s\n" % (type(exc).__name__, exc))
-    return failures
-
-
-def _warm_up():
-    """Runs, once and in a throwaway namespace, what a typical first cell's
-    libraries do lazily on first use, so that every child finds it done (and
-    shared) instead of paying for it in its first cell: pandas imports most of
-    what describe(), arithmetic and its reprs need only when first called, and
-    matplotlib loads its font and renders its first figure slowly.  kiln's own
-    fixed code, no thread started, nothing left behind (figures closed, no
-    global bound).  A failure costs only the speed-up.
-    """
-    pd = sys.modules.get("pandas")
-    if pd is not None:
-        try:
-            df = pd.DataFrame({"a": range(100), "b": [i * 0.5 for i in range(100)], "c": ["x"] * 100})
-            d = df.describe()
-            repr(d), d._repr_html_(), repr(df), df._repr_html_()  # noqa: B018
-            repr(df["a"] * 2 + df["b"]), df.groupby("c").sum(), df.sort_values("b")  # noqa: B018
-        except Exception as exc:  # noqa: BLE001
-            sys.stderr.write("kiln zygote: pandas warm-up: %s: %s\n" % (type(exc).__name__, exc))
-    plt = sys.modules.get("matplotlib.pyplot")
-    if plt is not None:
-        try:
-            import io
-
-            fig = plt.figure()
-            plt.plot([1, 2, 3], [1, 4, 9], label="x")
-            plt.title("t")
-            plt.legend()
-            fig.savefig(io.BytesIO(), format="png")
-            plt.close("all")
-        except Exception as exc:  # noqa: BLE001
-            sys.stderr.write("kiln zygote: matplotlib warm-up: %s: %s\n" % (type(exc).__name__, exc))
+def _log(message):
+    sys.stderr.write("kiln zygote: %s\n" % message)
 
 
 def _reseed():
@@ -218,8 +163,10 @@ def main(argv):
 
     if sys.flags.no_site:
         launch._site()
-    failures = _preload(preload)
-    _warm_up()
+    from kiln_runtime import warm
+
+    failures = warm.preload(preload, _log)
+    warm.warm_up(_log)
     # Forks are reaped by the kernel: a child's first process exits as soon as
     # the sandbox's pid 1 exists, and nothing here waits for it.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)

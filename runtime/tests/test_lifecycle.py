@@ -57,6 +57,29 @@ class HelloTest(unittest.TestCase):
         self.assertEqual(of_type(frames, "execute_result")[0]["data"]["text/plain"],
                          "[True, True]")
 
+    def test_preload_before_hello_is_imported_before_hello(self):
+        # decimal's C half is a shared object: in the maps once imported, and
+        # only a preload imports it before any cell.
+        for early in (False, True):
+            args = ("--preload", "decimal") + (("--preload-before-hello",) if early else ())
+            rt = Runtime(*args)
+            self.addCleanup(rt.kill)
+            rt.hello()
+            with open("/proc/%d/maps" % rt.proc.pid) as f:
+                self.assertEqual("_decimal" in f.read(), early, args)
+            self.assertEqual(rt.close_channel(), 0)
+
+    def test_nothing_printed_before_hello_reaches_the_jobs_output(self):
+        # `this` prints the Zen of Python on import; a missing module is reported once,
+        # by the first execute, in its stderr.
+        rt = Runtime("--preload", "this,no_such_module_for_kiln", "--preload-before-hello")
+        self.addCleanup(rt.kill)
+        rt.hello()
+        self.assertEqual(reply(rt.execute("print('job')"))["status"], "ok")
+        self.assertEqual(rt.shutdown(), 0)
+        self.assertEqual(rt.stdout, "job\n")
+        self.assertEqual(rt.stderr.count("--preload no_such_module_for_kiln failed"), 1, rt.stderr)
+
     def test_failing_preload_is_reported_not_fatal(self):
         rt = Runtime("--preload", "no_such_module_for_kiln")
         self.addCleanup(rt.kill)

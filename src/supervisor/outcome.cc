@@ -116,7 +116,10 @@ Verdict Classify(const Observations& o) {
     v.reason = "out of memory: limit " + FormatSize(limits.memory_bytes);
   } else {
     v.outcome = Outcome::kSetupError;
-    std::string why = WIFSIGNALED(o.init_status)
+    // A pooled sandbox's pid 1 is not the supervisor's child: its end is
+    // seen (its pidfd), its wait status is not.
+    std::string why = !o.init_status_known ? "ended"
+                      : WIFSIGNALED(o.init_status)
                           ? "killed by signal " + std::to_string(WTERMSIG(o.init_status))
                           : "exited " + std::to_string(WEXITSTATUS(o.init_status));
     v.setup_error =

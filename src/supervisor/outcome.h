@@ -45,6 +45,7 @@ struct Observations {
   std::optional<std::string> protocol_error;  // the runtime broke the protocol
   std::optional<int> worker_status;           // wait status: `X`, or the runtime's `exiting`
   int init_status = 0;                        // pid 1's wait status (cold sandboxes)
+  bool init_status_known = true;              // false for an adopted native sandbox: not our child
   uint64_t oom_kills = 0;                     // the cgroup's OOM kills
   double cpu_ms = 0;                          // cpu time used (accounting of the cell or run)
   bool has_cgroup = false;                    // the cpu quota limits it (CpuBackstopSeconds)

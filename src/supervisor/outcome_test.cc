@@ -454,6 +454,15 @@ const std::vector<Row>& Table() {
        Outcome::kSetupError, -1, 0,
        "the sandbox's pid 1 killed by signal 9 without reporting the program's status",
        std::nullopt, SetupStep::kNone},
+      {"a pooled sandbox's pid 1 ended without a status (not our child: no wait status)",
+       [] {
+         auto o = OneShot();
+         o.init_status_known = false;
+         return o;
+       },
+       Outcome::kSetupError, -1, 0,
+       "the sandbox's pid 1 ended without reporting the program's status", std::nullopt,
+       SetupStep::kNone},
       {"session: the sandbox ended between cells",
        [] {
          auto o = OneShot();

@@ -739,6 +739,7 @@ struct Sandbox::State {
     o.protocol_error = protocol_error;
     o.worker_status = worker_status;
     o.init_status = init_status;
+    o.init_status_known = !(adopted && !jail);
     o.oom_kills = r.oom_kills;
     o.cpu_ms = r.cpu_ms;
     o.has_cgroup = cgroup != nullptr;
@@ -1344,12 +1345,32 @@ Result<ExecutionResult> RunSandboxed(const HostContext& host, const policy::Sand
     const EventSink sink = options.on_event ? EventSink(options.on_event) : EventSink();
     (void)sandbox->RunCell(cell, waiters, sink);
   }
+  // A pooled sandbox that ended (not by our hand: no timeout, limit or
+  // cancel) before its program reported anything was killed from outside,
+  // most often with its zygote or the pool process: kiln's fault, not the
+  // program's, and not a result to give as one. The caller retries, as when
+  // a supervisor dies (503 with Retry-After).
+  const bool pooled = options.adopt != nullptr;
+  auto lost_unheard = [pooled](const ExecutionResult& r) {
+    return pooled && r.outcome == Outcome::kSetupError && r.setup_error &&
+           r.setup_error->step == SetupStep::kNone && r.stdout_data.empty() &&
+           r.stderr_data.empty() && r.outputs.empty();
+  };
   Sandbox::FinishOptions finish;
   finish.collect_dir = options.collect_dir;
   finish.collect_only = options.collect_only;
   finish.return_files = options.return_files;
-  finish.on_result = options.on_result;
+  if (options.on_result) {
+    finish.on_result = [&](const ExecutionResult& r) {
+      if (!lost_unheard(r)) options.on_result(r);
+    };
+  }
   ExecutionResult result = sandbox->Finish(finish);
+  if (lost_unheard(result)) {
+    return MakeError(Code::kUnavailable,
+                     "the pooled sandbox ended before its program reported anything (" +
+                         result.reason + "); retry");
+  }
   // A layer was missing when checked from outside: a fault of kiln's or the
   // host's, not a result of the program (none of it ran).
   if (result.setup_error && result.setup_error->step == SetupStep::kVerify) {

@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
@@ -325,6 +326,73 @@ TEST_F(Recovery, EveryKindOfProcessKilledUnderLoad) {
   const HttpResponse killed = sleeper.get();
   EXPECT_EQ(killed.status, 200) << killed.Describe();
   EXPECT_NE(Parse(killed).value("status", "ok"), "ok") << killed.Describe();
+  EXPECT_TRUE(Recovered());
+}
+
+// Runs `code` (which names its worker `marker` and then sleeps) in a pooled
+// sandbox, SIGKILLs that sandbox's pid 1 from outside, and gives the answer.
+HttpResponse KillPooledInitDuring(const KilnServer& server,
+                                  const std::function<HttpResponse(const std::string&)>& post,
+                                  const std::string& marker, const std::string& code) {
+  const bool stocked = WaitFor(
+      [&] {
+        const json pool = Parse(server.Get("/readyz", 5s));
+        const json* p = pool.is_object() ? &pool : nullptr;
+        for (const char* k : {"pool", "profiles", "default"}) {
+          p = p != nullptr && p->contains(k) && (*p)[k].is_object() ? &(*p)[k] : nullptr;
+        }
+        return p != nullptr && p->value("ready", 0) >= 1;
+      },
+      60s);
+  EXPECT_TRUE(stocked) << "no pooled sandbox ready within 60 s";
+  if (!stocked) return {};
+  auto answer = std::async(std::launch::async, [&] { return post(code); });
+  std::optional<ProcInfo> worker;
+  const bool running = WaitFor(
+      [&] {
+        for (auto& p : AllProcs()) {
+          if (p.comm == marker && p.state != 'Z') worker = p;
+        }
+        return worker.has_value();
+      },
+      30s);
+  EXPECT_TRUE(running) << "the execution never showed up as " << marker;
+  if (!running) return answer.get();
+  EXPECT_EQ(PidLevels(worker->pid), 3u) << "not a pooled sandbox (NSpid of its worker)";
+  EXPECT_EQ(::kill(worker->ppid, SIGKILL), 0);
+  return answer.get();
+}
+
+TEST_F(Recovery, APooledSandboxKilledBeforeItsProgramReportedIsA503ToRetry) {
+  // A pooled sandbox is killed from outside (here its pid 1; in the field
+  // with its zygote or the pool process) before its program said anything:
+  // no result to give, so the answer is to retry, as when a supervisor dies.
+  // Its pid 1 is not the supervisor's child: nothing may claim its exit status.
+  if (!HostIsRoot()) GTEST_SKIP() << "the warm pool needs root";
+  if (auto no = CgroupLimitsMissingReason()) GTEST_SKIP() << "the warm pool needs cgroups: " << *no;
+  const std::string marker = "kq-" + std::to_string(::getpid() % 100000);
+  auto post = [this](const std::string& code) { return Post("/v1/execute", {{"code", code}}); };
+  const HttpResponse silent =
+      KillPooledInitDuring(server_, post, marker,
+                           "import ctypes, time\nctypes.CDLL(None).prctl(15, b'" + marker +
+                               "', 0, 0, 0)\ntime.sleep(30)\n");
+  EXPECT_EQ(silent.status, 503) << silent.Describe();
+  EXPECT_TRUE(silent.Header("Retry-After").has_value()) << silent.Describe();
+  EXPECT_NE(silent.body.find("retry"), std::string::npos) << silent.Describe();
+  EXPECT_TRUE(Recovered());
+
+  // One that printed first did run: its answer is a result, not a retry.
+  const HttpResponse spoke = KillPooledInitDuring(
+      server_, post, marker,
+      "import ctypes, time\nprint('up', flush=True)\nctypes.CDLL(None).prctl(15, b'" + marker +
+          "', 0, 0, 0)\ntime.sleep(30)\n");
+  ASSERT_EQ(spoke.status, 200) << spoke.Describe();
+  const json r = Parse(spoke);
+  EXPECT_EQ(r.value("stdout", ""), "up\n") << spoke.Describe();
+  EXPECT_EQ(r.value("status", ""), "setup_error") << spoke.Describe();
+  EXPECT_EQ(r.value("reason", ""),
+            "the sandbox's pid 1 ended without reporting the program's status")
+      << spoke.Describe();
   EXPECT_TRUE(Recovered());
 }
 
